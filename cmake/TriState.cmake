@@ -1,0 +1,26 @@
+# mnist_tristate(VAR "doc"): declares VAR as a cache string restricted to AUTO/ON/OFF (default AUTO).
+function(mnist_tristate var doc)
+  set(${var} AUTO CACHE STRING "${doc}: AUTO, ON or OFF")
+  set_property(CACHE ${var} PROPERTY STRINGS AUTO ON OFF)
+  string(TOUPPER "${${var}}" value)
+  if(NOT value MATCHES "^(AUTO|ON|OFF)$")
+    message(FATAL_ERROR "${var}=${${var}}: must be AUTO, ON or OFF")
+  endif()
+  set(${var} ${value} PARENT_SCOPE)
+endfunction()
+
+# mnist_resolve(VAR FOUND "what is missing"): sets MNIST_WITH_<name> from the tri-state and whether
+# the dependency was found; ON without it is fatal and says what is missing.
+function(mnist_resolve var found missing)
+  string(REPLACE "MNIST_" "MNIST_WITH_" with ${var})
+  if(${var} STREQUAL "OFF")
+    set(${with} OFF PARENT_SCOPE)
+  elseif(found)
+    set(${with} ON PARENT_SCOPE)
+  elseif(${var} STREQUAL "ON")
+    message(FATAL_ERROR "${var}=ON but ${missing}")
+  else()
+    message(STATUS "${var}=AUTO: ${missing}; building without it")
+    set(${with} OFF PARENT_SCOPE)
+  endif()
+endfunction()

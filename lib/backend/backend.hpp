@@ -1,0 +1,181 @@
+#pragma once
+// The seam between the backend-neutral network and the device that runs it.
+//
+// A Backend owns one device context (a CPU thread pool or a CUDA device + stream + library handles)
+// and exposes every kernel the network needs, in float. CpuBackend forwards to the cpu:: kernels,
+// CudaBackend to their cuda:: twins; both have the same contracts, written here once:
+//   - pointers are device pointers of this backend (host memory for the CPU backend);
+//   - "assign" outputs are fully overwritten (tests poison them first), "accumulate" outputs are added to;
+//   - calls are ordered on the backend's stream; nothing synchronises with the host unless named so.
+// No CUDA type appears here, so CPU-only code can include it.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/geometry.hpp"
+#include "core/rng.hpp"
+
+namespace mnist {
+
+enum class DeviceKind { cpu, cuda };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // Name used in logs and errors: "cpu0", "gpu1 (NVIDIA H200, 0000:19:00.0)".
+  virtual std::string name() const = 0;
+
+  // ---- memory (bytes) -------------------------------------------------------------------------
+  virtual void* allocate(std::size_t bytes) = 0;  // throws RuntimeError naming size and free memory
+  virtual void release(void* ptr) noexcept = 0;
+  virtual void copy_to_device(void* dst, const void* src, std::size_t bytes) = 0;  // host -> backend
+  virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;    // backend -> host; waits
+  virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void fill(float* dst, std::size_t n, float value) = 0;
+  virtual void synchronize() = 0;  // waits until all queued work is done; rethrows device errors
+
+  // ---- data -----------------------------------------------------------------------------------
+  // x[i, :] = images[indices[i], :] / 255 and y[i] = labels[indices[i]] for i < n. Assigns x, y.
+  // images: uint8[num_images, pixels], labels: uint8[num_images], indices: int32[n] (all on device).
+  virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
+                            const int32_t* indices, int n, float* x, int32_t* y) = 0;
+
+  // ---- convolution (Conv2dGeom; weights [k, c, kh, kw], bias [k] or nullptr) -------------------
+  // Scratch each conv call may use, in floats; the caller passes a buffer at least this large.
+  virtual std::size_t conv2d_workspace_floats(const Conv2dGeom& g) = 0;
+  virtual void conv2d_forward(const Conv2dGeom& g, const float* x, const float* weight,
+                              const float* bias, float* y, float* workspace) = 0;  // assigns y
+  virtual void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight,
+                                    float* dx, float* workspace) = 0;  // assigns dx
+  // Assigns dweight and (when not nullptr) dbias.
+  virtual void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy,
+                                       float* dweight, float* dbias, float* workspace) = 0;
+
+  // ---- max pooling (argmax: int32[n, c, out_h, out_w], flat index into the input plane) --------
+  virtual void max_pool_forward(const PoolGeom& g, const float* x, float* y, int32_t* argmax) = 0;
+  virtual void max_pool_backward(const PoolGeom& g, const float* dy, const int32_t* argmax,
+                                 float* dx) = 0;  // assigns all of dx
+
+  // ---- relu (elementwise over n values) --------------------------------------------------------
+  virtual void relu_forward(std::size_t n, const float* x, float* y) = 0;
+  // dx = dy where y > 0, else 0. y is the forward output (so it may be computed in place).
+  virtual void relu_backward(std::size_t n, const float* y, const float* dy, float* dx) = 0;
+
+  // ---- batch norm, split so that statistics can be all-reduced between the steps --------------
+  // sum[c] = sum over (n, hw) of x, sumsq[c] = sum of x^2. Assigns.
+  virtual void batch_norm_stats(const ChannelGeom& g, const float* x, float* sum, float* sumsq) = 0;
+  // From sums over `count` values: mean[c], invstd[c] = 1/sqrt(var + eps) with the biased variance,
+  // and running_mean/var = decay*running + (1-decay)*batch (running var takes the unbiased
+  // variance, count/(count-1)). Assigns mean, invstd; updates running stats in place.
+  virtual void batch_norm_finalize(int c, double count, const float* sum, const float* sumsq,
+                                   float epsilon, float decay, float* mean, float* invstd,
+                                   float* running_mean, float* running_var) = 0;
+  // Evaluation: mean = running_mean, invstd = 1/sqrt(running_var + eps). Assigns.
+  virtual void batch_norm_inference_params(int c, const float* running_mean,
+                                           const float* running_var, float epsilon, float* mean,
+                                           float* invstd) = 0;
+  // y = (x - mean) * invstd * gamma + beta; gamma nullptr means 1, beta nullptr means 0. Assigns y.
+  virtual void batch_norm_apply(const ChannelGeom& g, const float* x, const float* mean,
+                                const float* invstd, const float* gamma, const float* beta,
+                                float* y) = 0;
+  // sum_dy[c] = sum dy, sum_dy_xhat[c] = sum dy * (x - mean) * invstd. Assigns.
+  virtual void batch_norm_backward_reduce(const ChannelGeom& g, const float* dy, const float* x,
+                                          const float* mean, const float* invstd, float* sum_dy,
+                                          float* sum_dy_xhat) = 0;
+  // dx = gamma * invstd * (dy - sum_dy/count - xhat * sum_dy_xhat/count), where the sums and count
+  // cover the whole normalisation group (this slice, or the global batch for sync batch norm).
+  virtual void batch_norm_backward_apply(const ChannelGeom& g, const float* dy, const float* x,
+                                         const float* mean, const float* invstd,
+                                         const float* gamma, const float* sum_dy,
+                                         const float* sum_dy_xhat, double count, float* dx) = 0;
+
+  // ---- dense: x[n, in], weight[out, in], bias[out] or nullptr, y[n, out] -----------------------
+  virtual void dense_forward(int n, int in, int out, const float* x, const float* weight,
+                             const float* bias, float* y) = 0;  // assigns y
+  virtual void dense_backward_data(int n, int in, int out, const float* dy, const float* weight,
+                                   float* dx) = 0;  // assigns dx
+  virtual void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
+                                      float* dweight, float* dbias) = 0;  // assigns
+
+  // ---- dropout (inverted: kept values scaled by 1/(1-rate)) ------------------------------------
+  // The mask of element e of the sample at global batch position first_sample + i is
+  //   philox4x32(counter = (step, first_sample + i, e, 0), key) .v[0] -> uniform01 >= rate
+  // so it depends only on (seed, layer, step, global sample, element). x, y: [n, per_sample].
+  virtual void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
+                               uint32_t first_sample, const float* x, float* y) = 0;
+  virtual void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
+                                uint32_t first_sample, const float* dy, float* dx) = 0;
+
+  // ---- loss: softmax cross-entropy fused with accuracy -----------------------------------------
+  // logits[n, k], labels int32[n]. Accumulates metrics[kLossSum] += sum of -log p(label),
+  // metrics[kCorrect] += count of argmax == label (ties: lowest index), metrics[kSamples] += n.
+  // When dlogits is not nullptr, assigns dlogits = (softmax - onehot) * grad_scale.
+  virtual void softmax_cross_entropy(int n, int k, const float* logits, const int32_t* labels,
+                                     float grad_scale, float* dlogits, float* metrics) = 0;
+
+  // ---- optimizers over the flat buffers (n values, the first n_decay of them decayed) ----------
+  virtual void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                           float* params, const float* grads, float* m, float* v) = 0;
+  virtual void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
+                          const float* grads, float* velocity) = 0;
+
+  // ---- helpers for reductions and checks ------------------------------------------------------
+  virtual void scale(std::size_t n, float alpha, float* x) = 0;               // x *= alpha
+  virtual void add(std::size_t n, const float* x, float* y) = 0;              // y += x
+  virtual bool all_finite(std::size_t n, const float* x) = 0;                 // waits for the answer
+};
+
+// How a backend is built. `engine` picks the implementation of the heavy ops on CUDA:
+//   "native" every kernel hand-written; "cublas" dense layers through cuBLAS;
+//   "cudnn" convolution and batch norm through cuDNN, dense through cuBLAS.
+// The CPU backend accepts only "native".
+struct BackendOptions {
+  int worker_index = 0;
+  int threads = 0;  // CPU: kernel threads for this worker (0 = all cores)
+  std::string engine = "native";
+};
+
+// Factories. make_cuda_backend throws a RuntimeError when the tool was built without CUDA, or when
+// the device cannot be used (naming what was visible and CUDA_VISIBLE_DEVICES).
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options);
+std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, const BackendOptions& options);
+
+// Typed RAII view of backend memory; allocation happens here, never in the training step.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& backend, std::size_t count)
+      : backend_(&backend),
+        count_(count),
+        data_(count ? static_cast<T*>(backend.allocate(count * sizeof(T))) : nullptr) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    DeviceBuffer(std::move(other)).swap(*this);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_) backend_->release(data_);
+  }
+  T* data() const { return data_; }
+  std::size_t size() const { return count_; }
+  std::size_t bytes() const { return count_ * sizeof(T); }
+  void swap(DeviceBuffer& o) noexcept {
+    std::swap(backend_, o.backend_);
+    std::swap(count_, o.count_);
+    std::swap(data_, o.data_);
+  }
+
+ private:
+  Backend* backend_ = nullptr;
+  std::size_t count_ = 0;
+  T* data_ = nullptr;
+};
+
+}  // namespace mnist

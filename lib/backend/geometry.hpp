@@ -1,0 +1,51 @@
+#pragma once
+// Plain shape descriptions shared by the CPU and CUDA kernels. Layout is always NCHW.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mnist {
+
+// Convolution of x[n, c, h, w] with weights w[k, c, kh, kw] into y[n, k, out_h, out_w] (cross-correlation,
+// as every framework defines "conv"). Padding is zero padding, pad_h rows on top (and as many or one
+// more at the bottom; out_h already accounts for it).
+struct Conv2dGeom {
+  int n = 0, c = 0, h = 0, w = 0;
+  int k = 0, kh = 0, kw = 0;
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int out_h = 0, out_w = 0;
+};
+
+// Max pooling of x[n, c, h, w] into y[n, c, out_h, out_w]; padded positions never win.
+struct PoolGeom {
+  int n = 0, c = 0, h = 0, w = 0;
+  int size_h = 2, size_w = 2;
+  int stride_h = 2, stride_w = 2;
+  int pad_h = 0, pad_w = 0;
+  int out_h = 0, out_w = 0;
+};
+
+// Per-channel normalisation over (n, hw): x[n, c, hw]. A dense layer's output [n, c] has hw = 1.
+struct ChannelGeom {
+  int n = 0, c = 0, hw = 1;
+  std::size_t count() const { return static_cast<std::size_t>(n) * static_cast<std::size_t>(hw); }
+};
+
+// Hyper-parameters of one optimizer step over the flat parameter buffer.
+// Elements [0, n_decay) are weights (conv/dense kernels) and receive weight decay; elements
+// [n_decay, n) are biases and batch-norm parameters and do not.
+struct OptimizerStep {
+  float lr = 0.001f;
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;  // Adam
+  float momentum = 0.0f;                                // SGD
+  bool nesterov = false;                                // SGD
+  float l2 = 0.0f;            // coupled: g += l2 * p before the update (L2 term in the loss)
+  float decoupled_wd = 0.0f;  // decoupled (AdamW): p -= lr * wd * p
+  int64_t step = 1;           // 1-based, for Adam's bias correction
+};
+
+// Indices of the metric accumulators every loss kernel adds into (a float[3] on the device).
+enum MetricSlot : int { kLossSum = 0, kCorrect = 1, kSamples = 2, kMetricSlots = 3 };
+
+}  // namespace mnist

@@ -1,0 +1,152 @@
+#pragma once
+// An experiment as plain data: what a YAML config file says after parsing, defaults and validation.
+// Defaults written here are the ones documented in README's configuration reference; keep both equal.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mnist {
+
+enum class LayerKind { conv2d, max_pool, batch_norm, relu, dense, dropout, flatten };
+enum class PaddingMode { same, valid, explicit_pixels };
+enum class InitKind { truncated_normal, he_normal, glorot_uniform, zeros };
+
+struct InitSpec {
+  InitKind kind = InitKind::truncated_normal;
+  float mean = 0.0f;
+  float stddev = 0.01f;  // truncated_normal: values beyond 2 stddev are redrawn (TensorFlow's rule)
+};
+
+// One entry of the network's ordered layer list. Only the fields of `kind` are meaningful.
+// The YAML shorthand `batchnorm: true` / `activation: relu` on conv2d and dense is expanded by the
+// loader into separate batch_norm / relu entries that follow the layer, so the network below is
+// always a plain list.
+struct LayerSpec {
+  LayerKind kind = LayerKind::relu;
+  std::string yaml_path;  // e.g. "model.layers[2]" so later errors can point back at the file
+  int yaml_line = 0;      // 1-based line of the entry in the config file (0 if unknown)
+  // conv2d / dense
+  int filters = 0;  // conv2d output channels
+  int units = 0;    // dense outputs
+  int kernel = 0;   // conv2d kernel size (square)
+  int stride = 1;   // conv2d and max_pool
+  PaddingMode padding = PaddingMode::same;
+  int padding_pixels = 0;  // with PaddingMode::explicit_pixels
+  bool bias = true;
+  InitSpec init;  // model-wide default unless the layer sets its own
+  // max_pool
+  int pool_size = 2;
+  // batch_norm
+  float decay = 0.9f;      // running = decay * running + (1 - decay) * batch
+  float epsilon = 1e-3f;
+  bool center = true;      // learn beta
+  bool scale = false;      // learn gamma (TF-slim's default is off)
+  // dropout
+  float rate = 0.5f;  // probability of dropping an element
+};
+
+struct DataConfig {
+  std::string dataset = "mnist";  // mnist | fashion-mnist | custom (only dir/files matter)
+  std::string dir;                // default: data/<dataset>
+  // Optional explicit paths; each defaults to <dir>/<standard name>[.gz].
+  std::string train_images, train_labels, test_images, test_labels;
+};
+
+struct ModelConfig {
+  int input_c = 1, input_h = 28, input_w = 28;
+  int classes = 10;
+  std::vector<LayerSpec> layers;
+};
+
+enum class BackendChoice { auto_select, cpu, cuda };
+
+struct DevicesConfig {
+  BackendChoice backend = BackendChoice::auto_select;
+  // GPU choice: "all", an explicit list of ordinals (as CUDA numbers them under
+  // CUDA_VISIBLE_DEVICES), or "auto:N" (the N with most free memory).
+  std::string gpus_mode = "all";  // all | list | auto
+  std::vector<int> gpu_list;
+  int gpus_auto_count = 0;
+  int cpu_workers = 1;  // CPU backend: replicas (stand-ins for devices)
+  int threads = 0;      // CPU backend: total kernel threads across workers; 0 = all cores
+};
+
+enum class BatchNormMode { local, sync };
+enum class LogFormat { standard, seed };
+
+struct TrainConfig {
+  int64_t steps = 0;   // exactly one of steps / epochs
+  double epochs = 0;
+  int batch_per_device = 0;  // exactly one of batch_per_device (the seed's meaning) / global_batch
+  int global_batch = 0;
+  int log_every = 10;
+  int eval_every = 0;  // 0: evaluate only at the end
+  int eval_batch = 1000;
+  BatchNormMode batch_norm = BatchNormMode::local;
+  bool scale_lr_with_devices = false;  // linear scaling rule, off by default
+  double watchdog_seconds = 300;       // a worker silent this long is reported as stalled
+};
+
+enum class OptimizerKind { adam, sgd };
+enum class WeightDecayMode { l2, decoupled };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::adam;
+  double lr = 0.001;
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  WeightDecayMode weight_decay_mode = WeightDecayMode::l2;
+};
+
+enum class ScheduleKind { constant, step, cosine };
+
+struct ScheduleConfig {
+  ScheduleKind kind = ScheduleKind::constant;
+  int64_t warmup_steps = 0;   // linear from 0 to lr over these steps
+  int64_t step_size = 1000;   // step: multiply by gamma every step_size steps
+  double gamma = 0.1;
+  double min_lr = 0.0;        // cosine: floor reached at the last step
+};
+
+struct OutputConfig {
+  std::string dir;  // run directory; default runs/<name>
+  LogFormat log_format = LogFormat::standard;
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;  // 0: only at the end
+  int keep = 3;
+};
+
+struct Experiment {
+  std::string name = "experiment";
+  uint64_t seed = 42;
+  DataConfig data;
+  ModelConfig model;
+  DevicesConfig devices;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  OutputConfig output;
+  CheckpointConfig checkpoint;
+  std::string source_path;  // the file it came from, for messages
+};
+
+// Reads and validates `path`, applying `overrides` ("train.steps=50", YAML values) first.
+// Throws ConfigError naming the file, YAML path, line:column, the value and the rule.
+Experiment load_experiment(const std::string& path,
+                           const std::vector<std::string>& overrides = {});
+// Same, from YAML text (`source_name` appears in messages). Used by tests.
+Experiment parse_experiment(const std::string& yaml_text, const std::string& source_name,
+                            const std::vector<std::string>& overrides = {});
+// The resolved experiment as YAML (every key, defaults included), for --dry-run and the run dir.
+std::string to_yaml(const Experiment& e);
+
+const char* to_string(LayerKind k);
+
+}  // namespace mnist

@@ -1,0 +1,43 @@
+#pragma once
+// MNIST-format datasets in memory: uint8 pixels and labels, exactly as stored in IDX files.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/experiment.hpp"
+
+namespace mnist {
+
+// One split (train or test): count images of rows x cols pixels, row-major, one byte each.
+struct ImageSet {
+  int count = 0, rows = 0, cols = 0;
+  std::vector<uint8_t> pixels;  // [count, rows * cols]
+  std::vector<uint8_t> labels;  // [count], each < num_classes
+  std::string images_path, labels_path;
+  int pixels_per_image() const { return rows * cols; }
+};
+
+struct Dataset {
+  ImageSet train, test;
+  std::string name;        // "mnist", "fashion-mnist", ...
+  std::string provenance;  // one line: where the files came from (from the dir's provenance file)
+};
+
+// IDX files (raw or gzip; gzip is detected by its magic bytes, not the file name).
+// Validates magic (0x00000803 images, 0x00000801 labels), dimensions, exact size. Throws DataError
+// naming the file, the byte offset or field, what was expected and what was found.
+ImageSet read_idx_pair(const std::string& images_path, const std::string& labels_path,
+                       int num_classes);
+
+// Resolves the four files of `cfg` (explicit paths, else <dir>/<standard name> or <name>.gz) and
+// reads both splits; checks that train and test images have the same size.
+Dataset load_dataset(const DataConfig& cfg, int num_classes);
+
+// Standard file names.
+inline constexpr const char* kTrainImages = "train-images-idx3-ubyte";
+inline constexpr const char* kTrainLabels = "train-labels-idx1-ubyte";
+inline constexpr const char* kTestImages = "t10k-images-idx3-ubyte";
+inline constexpr const char* kTestLabels = "t10k-labels-idx1-ubyte";
+
+}  // namespace mnist
