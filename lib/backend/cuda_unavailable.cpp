@@ -12,3 +12,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, const BackendOpti
 }
 
 }  // namespace mnist
+
+#include "backend/cuda_devices.hpp"
+
+namespace mnist {
+std::vector<GpuInfo> list_gpus() { return {}; }
+std::string cuda_versions() { return "built without CUDA"; }
+}  // namespace mnist

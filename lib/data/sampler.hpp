@@ -1,0 +1,42 @@
+#pragma once
+// Which samples each step trains on.
+//
+// The training stream is the concatenation of epoch permutations: epoch e is a Fisher-Yates shuffle
+// of [0, N) keyed by (seed, e). Step s takes stream positions [s*B, (s+1)*B): a batch that crosses an
+// epoch boundary takes the end of one epoch and the start of the next, so every sample is seen once
+// per epoch and no sample is dropped. The order is a pure function of (seed, N, B, s): resuming at
+// step s, or splitting the batch across any number of workers, sees the same samples.
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace mnist {
+
+class EpochSampler {
+ public:
+  EpochSampler(int dataset_size, uint64_t seed);
+
+  // out[0, batch) = dataset indices of the global batch of `step`.
+  void batch_indices(int64_t step, int batch, int32_t* out);
+  // Fractional epoch reached after `steps` steps of `batch`.
+  double epochs_after(int64_t steps, int batch) const;
+  int dataset_size() const { return size_; }
+
+ private:
+  const std::vector<int32_t>& permutation(int64_t epoch);
+
+  int size_;
+  uint64_t seed_;
+  // The two most recent epochs' permutations (a batch spans at most two when B <= N).
+  int64_t cached_epoch_[2] = {-1, -1};
+  std::vector<int32_t> cached_[2];
+};
+
+// Splits n samples into `parts` contiguous slices as evenly as possible: slice k is
+// [begin(k), begin(k+1)), sizes differ by at most one, earlier slices take the extra samples.
+inline int slice_begin(int n, int parts, int k) {
+  return static_cast<int>(static_cast<int64_t>(n) * k / parts);
+}
+
+}  // namespace mnist

@@ -1,0 +1,247 @@
+#include "model/layers.hpp"
+
+#include "core/error.hpp"
+
+namespace mnist {
+
+void Layer::forward(const PassContext& ctx, const float* x, float* y) {
+  MNIST_CHECK(ctx.n >= 1 && ctx.n <= max_batch_, "layer {}: batch of {} outside [1, {}]",
+              plan_.label(), ctx.n, max_batch_);
+  do_forward(ctx, x, y);
+}
+
+void Layer::backward(const PassContext& ctx, const float* x, const float* y, const float* dy,
+                     float* dx) {
+  MNIST_CHECK(ctx.n >= 1 && ctx.n <= max_batch_, "layer {}: batch of {} outside [1, {}]",
+              plan_.label(), ctx.n, max_batch_);
+  MNIST_CHECK(ctx.training, "layer {}: backward outside training mode", plan_.label());
+  do_backward(ctx, x, y, dy, dx);
+}
+
+float* Layer::param(int slot) const {
+  return slot < 0 ? nullptr : bind_.params + model_.params()[slot].offset;
+}
+float* Layer::grad(int slot) const {
+  return slot < 0 ? nullptr : bind_.grads + model_.params()[slot].offset;
+}
+float* Layer::state(int slot) const {
+  return slot < 0 ? nullptr : bind_.state + model_.state()[slot].offset;
+}
+
+namespace {
+
+class Conv2dLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  std::size_t workspace_floats() const override { return be().conv2d_workspace_floats(geom(max_batch_)); }
+
+ private:
+  Conv2dGeom geom(int n) const {
+    const LayerSpec& s = plan_.spec;
+    Conv2dGeom g;
+    g.n = n;
+    g.c = plan_.in.c;
+    g.h = plan_.in.h;
+    g.w = plan_.in.w;
+    g.k = s.filters;
+    g.kh = g.kw = s.kernel;
+    g.stride_h = g.stride_w = s.stride;
+    g.out_h = plan_.out.h;
+    g.out_w = plan_.out.w;
+    // Leading padding: what "same" needs (TensorFlow puts the odd pixel last) or the explicit count.
+    const auto lead = [&](int in, int out) {
+      if (s.padding == PaddingMode::valid) return 0;
+      if (s.padding == PaddingMode::explicit_pixels) return s.padding_pixels;
+      return std::max((out - 1) * s.stride + s.kernel - in, 0) / 2;
+    };
+    g.pad_h = lead(g.h, g.out_h);
+    g.pad_w = lead(g.w, g.out_w);
+    return g;
+  }
+  void do_forward(const PassContext& ctx, const float* x, float* y) override {
+    be().conv2d_forward(geom(ctx.n), x, param(plan_.weight), param(plan_.bias), y, bind_.workspace);
+  }
+  void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
+                   float* dx) override {
+    const Conv2dGeom g = geom(ctx.n);
+    be().conv2d_backward_weights(g, x, dy, grad(plan_.weight), grad(plan_.bias), bind_.workspace);
+    if (dx) be().conv2d_backward_data(g, dy, param(plan_.weight), dx, bind_.workspace);
+  }
+};
+
+class MaxPoolLayer final : public Layer {
+ public:
+  MaxPoolLayer(const Model& m, const LayerPlan& p, const LayerBinding& b, int max_batch)
+      : Layer(m, p, b, max_batch), argmax_(*b.backend, static_cast<std::size_t>(max_batch) * p.out.size()) {}
+
+ private:
+  PoolGeom geom(int n) const {
+    PoolGeom g;
+    g.n = n;
+    g.c = plan_.in.c;
+    g.h = plan_.in.h;
+    g.w = plan_.in.w;
+    g.size_h = g.size_w = plan_.spec.pool_size;
+    g.stride_h = g.stride_w = plan_.spec.stride;
+    g.out_h = plan_.out.h;
+    g.out_w = plan_.out.w;
+    return g;
+  }
+  void do_forward(const PassContext& ctx, const float* x, float* y) override {
+    be().max_pool_forward(geom(ctx.n), x, y, argmax_.data());
+  }
+  void do_backward(const PassContext& ctx, const float*, const float*, const float* dy,
+                   float* dx) override {
+    if (dx) be().max_pool_backward(geom(ctx.n), dy, argmax_.data(), dx);
+  }
+  DeviceBuffer<int32_t> argmax_;
+};
+
+class ReluLayer final : public Layer {
+ public:
+  using Layer::Layer;
+
+ private:
+  void do_forward(const PassContext& ctx, const float* x, float* y) override {
+    be().relu_forward(ctx.n * plan_.out.size(), x, y);
+  }
+  void do_backward(const PassContext& ctx, const float*, const float* y, const float* dy,
+                   float* dx) override {
+    if (dx) be().relu_backward(ctx.n * plan_.out.size(), y, dy, dx);
+  }
+};
+
+class FlattenLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  bool is_view() const override { return true; }
+
+ private:
+  // Never called: the replica aliases the buffers of views instead.
+  void do_forward(const PassContext&, const float*, float*) override {}
+  void do_backward(const PassContext&, const float*, const float*, const float*, float*) override {}
+};
+
+class DenseLayer final : public Layer {
+ public:
+  using Layer::Layer;
+
+ private:
+  void do_forward(const PassContext& ctx, const float* x, float* y) override {
+    be().dense_forward(ctx.n, plan_.in.c, plan_.out.c, x, param(plan_.weight), param(plan_.bias), y);
+  }
+  void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
+                   float* dx) override {
+    be().dense_backward_weights(ctx.n, plan_.in.c, plan_.out.c, x, dy, grad(plan_.weight),
+                                grad(plan_.bias));
+    if (dx) be().dense_backward_data(ctx.n, plan_.in.c, plan_.out.c, dy, param(plan_.weight), dx);
+  }
+};
+
+class DropoutLayer final : public Layer {
+ public:
+  using Layer::Layer;
+
+ private:
+  // Keyed by (seed, layer index); counters by (step, global sample, element): see Backend.
+  RngKey key(const PassContext& ctx) const {
+    return make_rng_key(ctx.seed, 0x2000u + static_cast<uint32_t>(plan_.index));
+  }
+  void do_forward(const PassContext& ctx, const float* x, float* y) override {
+    const int per_sample = static_cast<int>(plan_.out.size());
+    if (!ctx.training || plan_.spec.rate == 0.0f) {
+      be().copy_on_device(y, x, sizeof(float) * ctx.n * per_sample);
+      return;
+    }
+    be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.first_sample,
+                         x, y);
+  }
+  void do_backward(const PassContext& ctx, const float*, const float*, const float* dy,
+                   float* dx) override {
+    if (!dx) return;
+    const int per_sample = static_cast<int>(plan_.out.size());
+    if (plan_.spec.rate == 0.0f) {
+      be().copy_on_device(dx, dy, sizeof(float) * ctx.n * per_sample);
+      return;
+    }
+    be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.first_sample,
+                          dy, dx);
+  }
+};
+
+// Batch norm over (n, h, w) per channel. Training uses the batch's statistics (this slice's, or
+// the global batch's when ctx.all_reduce_sum is set) and updates the running statistics in place;
+// evaluation uses the running statistics.
+class BatchNormLayer final : public Layer {
+ public:
+  BatchNormLayer(const Model& m, const LayerPlan& p, const LayerBinding& b, int max_batch)
+      : Layer(m, p, b, max_batch),
+        sums_(*b.backend, 2 * static_cast<std::size_t>(p.in.c)),
+        mean_(*b.backend, p.in.c),
+        invstd_(*b.backend, p.in.c),
+        grad_sums_(*b.backend, 2 * static_cast<std::size_t>(p.in.c)) {}
+
+ private:
+  int channels() const { return plan_.in.c; }
+  ChannelGeom geom(int n) const { return ChannelGeom{n, plan_.in.c, plan_.in.h * plan_.in.w}; }
+  // The normalisation group's size: this slice, or the global batch with sync batch norm.
+  double group_count(const PassContext& ctx) const {
+    const int n = ctx.all_reduce_sum ? ctx.global_n : ctx.n;
+    return static_cast<double>(n) * plan_.in.h * plan_.in.w;
+  }
+
+  void do_forward(const PassContext& ctx, const float* x, float* y) override {
+    const int c = channels();
+    const LayerSpec& s = plan_.spec;
+    if (ctx.training) {
+      float* sum = sums_.data();
+      float* sumsq = sums_.data() + c;
+      be().batch_norm_stats(geom(ctx.n), x, sum, sumsq);
+      if (ctx.all_reduce_sum) ctx.all_reduce_sum(sums_.data(), sums_.size());
+      be().batch_norm_finalize(c, group_count(ctx), sum, sumsq, s.epsilon, s.decay, mean_.data(),
+                               invstd_.data(), state(plan_.running_mean), state(plan_.running_var));
+    } else {
+      be().batch_norm_inference_params(c, state(plan_.running_mean), state(plan_.running_var),
+                                       s.epsilon, mean_.data(), invstd_.data());
+    }
+    be().batch_norm_apply(geom(ctx.n), x, mean_.data(), invstd_.data(), param(plan_.gamma),
+                          param(plan_.beta), y);
+  }
+
+  void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
+                   float* dx) override {
+    const int c = channels();
+    float* sum_dy = grad_sums_.data();
+    float* sum_dy_xhat = grad_sums_.data() + c;
+    be().batch_norm_backward_reduce(geom(ctx.n), dy, x, mean_.data(), invstd_.data(), sum_dy,
+                                    sum_dy_xhat);
+    // Parameter gradients are this slice's share; the gradient all-reduce sums the slices. They
+    // are taken before the sync reduction below, which would otherwise count them W times.
+    if (plan_.beta >= 0) be().copy_on_device(grad(plan_.beta), sum_dy, sizeof(float) * c);
+    if (plan_.gamma >= 0) be().copy_on_device(grad(plan_.gamma), sum_dy_xhat, sizeof(float) * c);
+    if (!dx) return;
+    if (ctx.all_reduce_sum) ctx.all_reduce_sum(grad_sums_.data(), grad_sums_.size());
+    be().batch_norm_backward_apply(geom(ctx.n), dy, x, mean_.data(), invstd_.data(),
+                                   param(plan_.gamma), sum_dy, sum_dy_xhat, group_count(ctx), dx);
+  }
+
+  DeviceBuffer<float> sums_, mean_, invstd_, grad_sums_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
+                                  const LayerBinding& binding, int max_batch) {
+  switch (plan.spec.kind) {
+    case LayerKind::conv2d: return std::make_unique<Conv2dLayer>(model, plan, binding, max_batch);
+    case LayerKind::max_pool: return std::make_unique<MaxPoolLayer>(model, plan, binding, max_batch);
+    case LayerKind::batch_norm: return std::make_unique<BatchNormLayer>(model, plan, binding, max_batch);
+    case LayerKind::relu: return std::make_unique<ReluLayer>(model, plan, binding, max_batch);
+    case LayerKind::dense: return std::make_unique<DenseLayer>(model, plan, binding, max_batch);
+    case LayerKind::dropout: return std::make_unique<DropoutLayer>(model, plan, binding, max_batch);
+    case LayerKind::flatten: return std::make_unique<FlattenLayer>(model, plan, binding, max_batch);
+  }
+  MNIST_THROW(RuntimeError, "layer {}: no implementation for this kind", plan.label());
+}
+
+}  // namespace mnist

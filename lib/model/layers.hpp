@@ -1,0 +1,80 @@
+#pragma once
+// Layers: one class per op, each owning its plan (config and shapes) and views into its replica's
+// flat buffers. The public forward/backward are non-virtual: they check the batch size, then call
+// the op's implementation, which calls the backend's kernels. Layers never allocate during a step.
+//
+// Backward contract for every layer: dx is ASSIGNED (nullptr when nobody needs it, e.g. the first
+// layer); parameter gradients in the flat gradient buffer are ASSIGNED.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "model/model.hpp"
+
+namespace mnist {
+
+// What one forward/backward pass over a slice of the global batch needs to know.
+struct PassContext {
+  int n = 0;                  // samples in this replica's slice
+  bool training = true;
+  uint32_t step = 0;          // 0-based global step (dropout keys)
+  uint32_t first_sample = 0;  // position of this slice's first sample in the global batch
+  uint64_t seed = 0;
+  // Sync batch norm: statistics are summed over all replicas through this hook, and normalised by
+  // the global sample count. Empty means local statistics (each replica's own slice).
+  std::function<void(float* data, std::size_t count)> all_reduce_sum;
+  int global_n = 0;           // samples in the global batch (sync batch norm)
+};
+
+// Where a layer's parameters and scratch live on its replica's device.
+struct LayerBinding {
+  Backend* backend = nullptr;
+  float* params = nullptr;     // the replica's flat parameter buffer
+  float* grads = nullptr;      // the replica's flat gradient buffer
+  float* state = nullptr;      // the replica's flat running-statistics buffer
+  float* workspace = nullptr;  // shared scratch, Layer::workspace_floats() at least
+};
+
+class Layer {
+ public:
+  Layer(const Model& model, const LayerPlan& plan, const LayerBinding& binding, int max_batch)
+      : model_(model), plan_(plan), bind_(binding), max_batch_(max_batch) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  // x: [n, in], y: [n, out] (assigned).
+  void forward(const PassContext& ctx, const float* x, float* y);
+  // x, y: this layer's forward input and output; dy: gradient of y; dx: gradient of x (assigned,
+  // may be nullptr).
+  void backward(const PassContext& ctx, const float* x, const float* y, const float* dy, float* dx);
+
+  // A view (flatten) has no output buffer of its own: y aliases x, dx aliases dy.
+  virtual bool is_view() const { return false; }
+  // Scratch floats this layer needs in LayerBinding::workspace at max_batch.
+  virtual std::size_t workspace_floats() const { return 0; }
+  const LayerPlan& plan() const { return plan_; }
+  void set_workspace(float* workspace) { bind_.workspace = workspace; }
+
+ protected:
+  virtual void do_forward(const PassContext& ctx, const float* x, float* y) = 0;
+  virtual void do_backward(const PassContext& ctx, const float* x, const float* y, const float* dy,
+                           float* dx) = 0;
+  float* param(int slot) const;  // view of a parameter slot, nullptr for -1
+  float* grad(int slot) const;
+  float* state(int slot) const;
+  Backend& be() const { return *bind_.backend; }
+
+  const Model& model_;
+  const LayerPlan& plan_;
+  LayerBinding bind_;
+  int max_batch_;
+};
+
+// The one factory table: a LayerKind to its class.
+std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
+                                  const LayerBinding& binding, int max_batch);
+
+}  // namespace mnist

@@ -1,0 +1,98 @@
+#include "model/replica.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace mnist {
+
+Replica::Replica(const Model& model, Backend& backend, int max_batch)
+    : model_(model), backend_(backend), max_batch_(max_batch) {
+  MNIST_CHECK(max_batch >= 1, "replica needs a batch of at least 1, got {}", max_batch);
+  const std::size_t n = static_cast<std::size_t>(max_batch);
+  params_ = DeviceBuffer<float>(backend, model.param_count());
+  grads_ = DeviceBuffer<float>(backend, model.param_count() + kMetricSlots);
+  state_ = DeviceBuffer<float>(backend, std::max<std::size_t>(model.state_count(), 1));
+  moment1_ = DeviceBuffer<float>(backend, model.param_count());
+  moment2_ = DeviceBuffer<float>(backend, model.param_count());
+  input_ = DeviceBuffer<float>(backend, n * model.input().size());
+  labels_ = DeviceBuffer<int32_t>(backend, n);
+  backend.fill(grads_.data(), grads_.size(), 0.0f);
+  backend.fill(moment1_.data(), moment1_.size(), 0.0f);
+  backend.fill(moment2_.data(), moment2_.size(), 0.0f);
+
+  LayerBinding binding{&backend, params_.data(), grads_.data(), state_.data(), nullptr};
+  std::size_t workspace = 0, widest = model.input().size();
+  for (const LayerPlan& plan : model.layers()) {
+    layers_.push_back(make_layer(model, plan, binding, max_batch));
+    workspace = std::max(workspace, layers_.back()->workspace_floats());
+    widest = std::max(widest, plan.out.size());
+    if (!layers_.back()->is_view()) activations_.emplace_back(backend, n * plan.out.size());
+  }
+  workspace_ = DeviceBuffer<float>(backend, std::max<std::size_t>(workspace, 1));
+  for (auto& layer : layers_) layer->set_workspace(workspace_.data());
+  grad_a_ = DeviceBuffer<float>(backend, n * widest);
+  grad_b_ = DeviceBuffer<float>(backend, n * widest);
+  dlogits_ = DeviceBuffer<float>(backend, n * model.classes());
+  outputs_.resize(layers_.size());
+}
+
+std::size_t Replica::device_bytes() const {
+  std::size_t total = params_.bytes() + grads_.bytes() + state_.bytes() + moment1_.bytes() +
+                      moment2_.bytes() + workspace_.bytes() + input_.bytes() + labels_.bytes() +
+                      grad_a_.bytes() + grad_b_.bytes() + dlogits_.bytes();
+  for (const auto& a : activations_) total += a.bytes();
+  return total;
+}
+
+void Replica::reset_metrics() { backend_.fill(metrics(), kMetricSlots, 0.0f); }
+
+const float* Replica::run_forward(const PassContext& ctx) {
+  const float* x = input_.data();
+  std::size_t act = 0;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->is_view()) {
+      outputs_[i] = x;
+      continue;
+    }
+    float* y = activations_[act++].data();
+    layers_[i]->forward(ctx, x, y);
+    outputs_[i] = y;
+    x = y;
+  }
+  return x;
+}
+
+void Replica::forward_loss(const PassContext& ctx) {
+  const float* logits = run_forward(ctx);
+  backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), 0.0f, nullptr,
+                                 metrics());
+}
+
+void Replica::forward_train(const PassContext& ctx, float grad_scale) {
+  MNIST_CHECK(ctx.training, "forward_train needs a training pass");
+  const float* logits = run_forward(ctx);
+  backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), grad_scale,
+                                 dlogits_.data(), metrics());
+}
+
+void Replica::backward(const PassContext& ctx) {
+  // Walk back through the layers; dy of layer i is dx of layer i+1. Views pass dy through.
+  const float* dy = dlogits_.data();
+  float* spare[2] = {grad_a_.data(), grad_b_.data()};
+  int next = 0;
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    Layer& layer = *layers_[i];
+    if (layer.is_view()) continue;
+    const float* x = i == 0 ? input_.data() : outputs_[i - 1];
+    // The gradient of the network's input is never used: skip computing it.
+    const bool reaches_input = std::none_of(layers_.begin(), layers_.begin() + i,
+                                            [](const auto& l) { return !l->is_view(); });
+    float* dx = reaches_input ? nullptr : spare[next];
+    layer.backward(ctx, x, outputs_[i], dy, dx);
+    dy = dx;
+    next ^= 1;
+  }
+}
+
+}  // namespace mnist

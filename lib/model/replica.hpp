@@ -1,0 +1,63 @@
+#pragma once
+// One replica of the network on one backend: flat parameter, gradient, state and optimizer buffers,
+// the layers bound to them, activations for up to max_batch samples. Everything is allocated here,
+// once; forward/backward allocate nothing.
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "model/layers.hpp"
+#include "model/model.hpp"
+
+namespace mnist {
+
+class Replica {
+ public:
+  Replica(const Model& model, Backend& backend, int max_batch);
+
+  // input(): x [max_batch, c, h, w] and labels(): int32 [max_batch], filled by Backend::gather_batch.
+  float* input() const { return input_.data(); }
+  int32_t* labels() const { return labels_.data(); }
+
+  // Forward through every layer, then softmax cross-entropy: accumulates loss sum, correct count and
+  // sample count into metrics(). In training, also backward: gradients of
+  // (sum of per-sample losses) * grad_scale are ASSIGNED to grads() (callers use 1/global batch, so
+  // summing the replicas' gradients gives the gradient of the global batch's mean loss).
+  // Split in two so callers can name the phase that failed.
+  void forward_train(const PassContext& ctx, float grad_scale);
+  void backward(const PassContext& ctx);
+  void forward_loss(const PassContext& ctx);  // evaluation: metrics only
+
+  // The flat buffers (device pointers). grads() is followed by the metric slots, so one all-reduce
+  // over reduce_count() floats carries gradients and metrics together.
+  float* params() const { return params_.data(); }
+  float* grads() const { return grads_.data(); }
+  float* metrics() const { return grads_.data() + model_.param_count(); }
+  std::size_t reduce_count() const { return model_.param_count() + kMetricSlots; }
+  float* state() const { return state_.data(); }
+  float* moment1() const { return moment1_.data(); }
+  float* moment2() const { return moment2_.data(); }
+
+  void reset_metrics();
+  Backend& backend() const { return backend_; }
+  const Model& model() const { return model_; }
+  int max_batch() const { return max_batch_; }
+  std::size_t device_bytes() const;  // memory this replica holds
+
+ private:
+  const float* run_forward(const PassContext& ctx);
+
+  const Model& model_;
+  Backend& backend_;
+  int max_batch_;
+  DeviceBuffer<float> params_, grads_, state_, moment1_, moment2_, workspace_;
+  DeviceBuffer<float> input_;
+  DeviceBuffer<int32_t> labels_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<DeviceBuffer<float>> activations_;  // one per non-view layer output
+  std::vector<const float*> outputs_;             // per layer: its output (aliases for views)
+  DeviceBuffer<float> grad_a_, grad_b_, dlogits_;  // ping-pong activation gradients
+};
+
+}  // namespace mnist

@@ -1,0 +1,107 @@
+#include "train/device_plan.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+#include <thread>
+
+#include "core/error.hpp"
+
+namespace mnist {
+
+namespace {
+std::string cuda_visible_devices() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v ? fmt::format("CUDA_VISIBLE_DEVICES={}", *v ? v : "(empty)") : "CUDA_VISIBLE_DEVICES unset";
+}
+}  // namespace
+
+std::vector<GpuInfo> visible_gpus() { return list_gpus(); }
+
+DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible) {
+  DevicePlan plan;
+  plan.engine = config.engine;
+  bool use_gpu = config.backend == BackendChoice::cuda;
+  if (config.backend == BackendChoice::auto_select) use_gpu = !visible.empty();
+  if (use_gpu) {
+    if (visible.empty())
+      MNIST_THROW(RuntimeError,
+                  "devices.backend is cuda but no GPU is visible ({}; {}); use devices.backend: cpu "
+                  "or auto to train on the CPU",
+                  cuda_visible_devices(), cuda_versions());
+    plan.kind = DeviceKind::cuda;
+    const int count = static_cast<int>(visible.size());
+    if (config.gpus_mode == "all") {
+      plan.gpus.resize(count);
+      std::iota(plan.gpus.begin(), plan.gpus.end(), 0);
+    } else if (config.gpus_mode == "auto") {
+      if (config.gpus_auto_count > count)
+        MNIST_THROW(ConfigError, "devices.gpus: auto:{} asks for {} GPUs but {} visible ({})",
+                    config.gpus_auto_count, config.gpus_auto_count, count, cuda_visible_devices());
+      std::vector<int> order(count);
+      std::iota(order.begin(), order.end(), 0);
+      // Most free memory first: on a shared box that is the least used card.
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        return visible[a].free_bytes > visible[b].free_bytes;
+      });
+      plan.gpus.assign(order.begin(), order.begin() + config.gpus_auto_count);
+    } else {
+      for (std::size_t i = 0; i < config.gpu_list.size(); ++i) {
+        const int g = config.gpu_list[i];
+        if (g < 0 || g >= count)
+          MNIST_THROW(ConfigError,
+                      "devices.gpus[{}]: GPU {} is not visible: {} GPU{} visible (ordinals 0-{}), {}",
+                      i, g, count, count == 1 ? " is" : "s are", count - 1, cuda_visible_devices());
+      }
+      plan.gpus = config.gpu_list;
+    }
+    return plan;
+  }
+  plan.kind = DeviceKind::cpu;
+  plan.cpu_workers = config.cpu_workers;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = config.threads > 0 ? config.threads : cores;
+  plan.threads_per_worker = std::max(1, threads / plan.cpu_workers);
+  if (config.engine != "native")
+    MNIST_THROW(ConfigError, "devices.engine: '{}' needs the CUDA backend; the CPU backend has only 'native'",
+                config.engine);
+  if (config.backend == BackendChoice::auto_select)
+    plan.note = fmt::format("no GPU visible ({}): training on the CPU with {} worker{} x {} thread{}",
+                            cuda_visible_devices(), plan.cpu_workers, plan.cpu_workers == 1 ? "" : "s",
+                            plan.threads_per_worker, plan.threads_per_worker == 1 ? "" : "s");
+  return plan;
+}
+
+BackendFactory DevicePlan::factory() const {
+  const DevicePlan plan = *this;
+  return [plan](int worker) -> std::unique_ptr<Backend> {
+    BackendOptions options;
+    options.worker_index = worker;
+    options.threads = plan.threads_per_worker;
+    options.engine = plan.engine;
+    if (plan.kind == DeviceKind::cuda) return make_cuda_backend(plan.gpus.at(worker), options);
+    return make_cpu_backend(options);
+  };
+}
+
+std::string DevicePlan::describe() const {
+  if (kind == DeviceKind::cpu)
+    return fmt::format("cpu, {} worker{} x {} thread{}", cpu_workers, cpu_workers == 1 ? "" : "s",
+                       threads_per_worker, threads_per_worker == 1 ? "" : "s");
+  std::string list;
+  for (int g : gpus) list += (list.empty() ? "" : ", ") + std::to_string(g);
+  return fmt::format("cuda, GPUs [{}], engine {}", list, engine);
+}
+
+std::string describe_visible_gpus() {
+  const std::vector<GpuInfo> gpus = list_gpus();
+  std::string out = fmt::format("{}; {}\n", cuda_visible_devices(), cuda_versions());
+  if (gpus.empty()) return out + "no GPU is visible to this process\n";
+  for (const GpuInfo& g : gpus)
+    out += fmt::format("gpu{}: {} (sm_{}{}), PCI {}, {}, memory {:.1f} / {:.1f} GiB free\n", g.ordinal,
+                       g.name, g.cc_major, g.cc_minor, g.pci_bus_id, g.uuid,
+                       g.free_bytes / 1073741824.0, g.total_bytes / 1073741824.0);
+  return out;
+}
+
+}  // namespace mnist

@@ -1,0 +1,37 @@
+#pragma once
+// Which devices a run uses: resolves devices.backend / gpus / cpu_workers against what is visible.
+// The GPU list is a parameter, so the rules are tested on machines without a GPU.
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda_devices.hpp"
+#include "config/experiment.hpp"
+#include "train/trainer.hpp"
+
+namespace mnist {
+
+struct DevicePlan {
+  DeviceKind kind = DeviceKind::cpu;
+  std::vector<int> gpus;       // CUDA ordinals, one per worker (repeats allowed: workers sharing a GPU)
+  int cpu_workers = 1;
+  int threads_per_worker = 1;  // CPU backend
+  std::string engine = "native";
+  std::string note;            // one line for the log when the choice deserves explaining
+
+  int workers() const { return kind == DeviceKind::cuda ? static_cast<int>(gpus.size()) : cpu_workers; }
+  BackendFactory factory() const;
+  std::string describe() const;
+};
+
+// Throws ConfigError (a GPU that is not visible, auto:N with fewer than N) or RuntimeError
+// (backend cuda with no usable GPU), naming CUDA_VISIBLE_DEVICES.
+DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible);
+
+// The GPUs this process can see (empty without CUDA, a driver, or a device).
+std::vector<GpuInfo> visible_gpus();
+// `mnist-train devices`: the GPU table, or why there is none.
+std::string describe_visible_gpus();
+
+}  // namespace mnist

@@ -1,0 +1,103 @@
+#include "train/run_log.hpp"
+
+#include <filesystem>
+
+#include "core/error.hpp"
+
+namespace mnist {
+
+namespace {
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", c);
+        else out += c;
+    }
+  }
+  return out + "\"";
+}
+// JSON has no NaN/Infinity: non-finite numbers become null.
+std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null"; }
+}  // namespace
+
+RunLog::RunLog(const Experiment& experiment, std::shared_ptr<spdlog::logger> logger, bool write_files)
+    : experiment_(experiment), log_(std::move(logger)), write_files_(write_files), dir_(experiment.output.dir) {
+  if (!write_files_) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) MNIST_THROW(RuntimeError, "cannot create the run directory {}: {}", dir_, ec.message());
+  std::ofstream config(dir_ + "/config.yaml");
+  config << to_yaml(experiment);
+  metrics_.open(dir_ + "/metrics.jsonl", std::ios::app);
+  if (!config || !metrics_)
+    MNIST_THROW(RuntimeError, "cannot write to the run directory {} (config.yaml, metrics.jsonl)", dir_);
+}
+
+std::string RunLog::step_json(const StepRecord& r) {
+  return fmt::format(
+      "{{\"type\":\"train\",\"step\":{},\"total_steps\":{},\"epoch\":{},\"loss\":{},\"accuracy\":{},"
+      "\"lr\":{},\"samples_per_second\":{},\"compute_ms\":{},\"comm_ms\":{}}}",
+      r.step, r.total_steps, json_number(r.epoch), json_number(r.loss), json_number(r.accuracy),
+      json_number(r.lr), json_number(r.samples_per_second), json_number(r.compute_ms),
+      json_number(r.comm_ms));
+}
+
+std::string RunLog::eval_json(const EvalRecord& r) {
+  return fmt::format("{{\"type\":\"eval\",\"step\":{},\"loss\":{},\"accuracy\":{},\"samples\":{}}}",
+                     r.step, json_number(r.loss), json_number(r.accuracy), r.samples);
+}
+
+void RunLog::on_step(const StepRecord& r) {
+  if (!write_files_) return;
+  metrics_ << step_json(r) << '\n';
+  metrics_.flush();
+  if (experiment_.output.log_format == LogFormat::seed) {
+    log_->info("Step:{}:{:.6f} {:.6f}", r.step, r.loss, r.accuracy);
+  } else {
+    const int width = static_cast<int>(std::to_string(r.total_steps).size());
+    log_->info("step {:>{}}/{} epoch {:.2f} loss {:.4f} acc {:.4f} lr {:.2e} {:.0f} samples/s "
+               "compute {:.2f} ms comm {:.2f} ms",
+               r.step, width, r.total_steps, r.epoch, r.loss, r.accuracy, r.lr,
+               r.samples_per_second, r.compute_ms, r.comm_ms);
+  }
+}
+
+void RunLog::on_eval(const EvalRecord& r) {
+  if (!write_files_) return;
+  metrics_ << eval_json(r) << '\n';
+  metrics_.flush();
+  if (experiment_.output.log_format != LogFormat::seed)
+    log_->info("eval at step {}: test loss {:.4f} accuracy {:.4f} ({} images)", r.step, r.loss,
+               r.accuracy, r.samples);
+}
+
+void RunLog::finish(const TrainSummary& s, const std::string& devices, const std::string& data_source) {
+  if (!write_files_) return;
+  if (experiment_.output.log_format == LogFormat::seed) {
+    log_->info("Done");
+    log_->info("Testing Accuracy: {:.4f}", s.final_eval.accuracy);
+  }
+  log_->info("done: {} steps of {} in {:.2f} s ({:.0f} samples/s); test accuracy {:.4f}, loss {:.4f}; "
+             "run directory {}",
+             s.steps, s.global_batch, s.wall_seconds, s.samples_per_second, s.final_eval.accuracy,
+             s.final_eval.loss, dir_);
+  std::ofstream out(dir_ + "/summary.json");
+  out << fmt::format(
+      "{{\"name\":{},\"steps\":{},\"global_batch\":{},\"wall_seconds\":{},\"samples_per_second\":{},"
+      "\"final_train_loss\":{},\"final_train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},"
+      "\"test_samples\":{},\"devices\":{},\"data\":{}}}\n",
+      json_string(experiment_.name), s.steps, s.global_batch, json_number(s.wall_seconds),
+      json_number(s.samples_per_second), json_number(s.last_step.loss),
+      json_number(s.last_step.accuracy), json_number(s.final_eval.loss),
+      json_number(s.final_eval.accuracy), s.final_eval.samples, json_string(devices),
+      json_string(data_source));
+  if (!out) MNIST_THROW(RuntimeError, "cannot write {}/summary.json", dir_);
+}
+
+}  // namespace mnist
