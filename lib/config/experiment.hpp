@@ -70,6 +70,9 @@ struct DevicesConfig {
   std::string gpus_mode = "all";  // all | list | auto
   std::vector<int> gpu_list;
   int gpus_auto_count = 0;
+  // Kernel engine of the CUDA backend: native (our kernels) | cublas | cudnn. The CPU backend has
+  // only native; asking it for another engine is a config error.
+  std::string engine = "native";
   int cpu_workers = 1;  // CPU backend: replicas (stand-ins for devices)
   int threads = 0;      // CPU backend: total kernel threads across workers; 0 = all cores
 };
