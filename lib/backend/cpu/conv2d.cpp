@@ -1,0 +1,211 @@
+// Threads: contiguous chunks of samples per thread (see conv2d.hpp). Thread t uses workspace slice
+// t: [col: c*kh*kw x out_h*out_w][dweight partial: k*c*kh*kw][dbias partial: k], padded to 64
+// bytes.
+#include "backend/cpu/conv2d.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/gemm.hpp"
+#include "backend/cpu/parallel.hpp"
+
+namespace mnist::cpu {
+
+namespace {
+
+std::size_t round_up16(std::size_t v) {
+  return (v + 15) / 16 * 16;
+}
+
+std::size_t col_elems(const Conv2dGeom& g) {
+  return static_cast<std::size_t>(g.c) * g.kh * g.kw * g.out_h * g.out_w;
+}
+std::size_t slice_elems(const Conv2dGeom& g) {
+  const std::size_t patch = static_cast<std::size_t>(g.c) * g.kh * g.kw;
+  return round_up16(col_elems(g)) + round_up16(g.k * patch) + round_up16(g.k);
+}
+
+// Output positions o in [*lo, *hi) whose input coordinate o*stride - pad + offset lies in [0,
+// size).
+void valid_range(int out, int stride, int pad, int offset, int size, int* lo, int* hi) {
+  // Smallest o with o*stride >= pad - offset, largest with o*stride <= size - 1 + pad - offset.
+  const int a = pad - offset;
+  const int b = size - 1 + pad - offset;
+  int first = a <= 0 ? 0 : (a + stride - 1) / stride;
+  int last = b < 0 ? -1 : b / stride;
+  *lo = std::min(first, out);
+  *hi = std::max(*lo, std::min(last + 1, out));
+}
+
+// col[(ci, i, j), (oy, ox)] = x[ci, oy*sh - ph + i, ox*sw - pw + j], zero outside the image.
+template <class T>
+void im2col(const Conv2dGeom& g, const T* x, T* col) {
+  const int ohw = g.out_h * g.out_w;
+  for (int ci = 0; ci < g.c; ++ci) {
+    const T* plane = x + static_cast<std::size_t>(ci) * g.h * g.w;
+    for (int i = 0; i < g.kh; ++i) {
+      int oy_lo, oy_hi;
+      valid_range(g.out_h, g.stride_h, g.pad_h, i, g.h, &oy_lo, &oy_hi);
+      for (int j = 0; j < g.kw; ++j, col += ohw) {
+        int ox_lo, ox_hi;
+        valid_range(g.out_w, g.stride_w, g.pad_w, j, g.w, &ox_lo, &ox_hi);
+        std::fill(col, col + oy_lo * g.out_w, T(0));
+        for (int oy = oy_lo; oy < oy_hi; ++oy) {
+          T* row = col + oy * g.out_w;
+          const T* src = plane + static_cast<std::size_t>(oy * g.stride_h - g.pad_h + i) * g.w +
+                         (ox_lo * g.stride_w - g.pad_w + j);
+          std::fill(row, row + ox_lo, T(0));
+          if (ox_hi == ox_lo) {
+            // No column of this kernel tap lands inside the image: the row is all padding.
+          } else if (g.stride_w == 1) {
+            std::memcpy(row + ox_lo, src, sizeof(T) * (ox_hi - ox_lo));
+          } else {
+            for (int ox = ox_lo; ox < ox_hi; ++ox) row[ox] = src[(ox - ox_lo) * g.stride_w];
+          }
+          std::fill(row + ox_hi, row + g.out_w, T(0));
+        }
+        std::fill(col + oy_hi * g.out_w, col + ohw, T(0));
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: dx[ci, y, x] = sum of the col entries that read it. Assigns dx.
+template <class T>
+void col2im(const Conv2dGeom& g, const T* col, T* dx) {
+  const int ohw = g.out_h * g.out_w;
+  std::fill(dx, dx + static_cast<std::size_t>(g.c) * g.h * g.w, T(0));
+  for (int ci = 0; ci < g.c; ++ci) {
+    T* plane = dx + static_cast<std::size_t>(ci) * g.h * g.w;
+    for (int i = 0; i < g.kh; ++i) {
+      int oy_lo, oy_hi;
+      valid_range(g.out_h, g.stride_h, g.pad_h, i, g.h, &oy_lo, &oy_hi);
+      for (int j = 0; j < g.kw; ++j, col += ohw) {
+        int ox_lo, ox_hi;
+        valid_range(g.out_w, g.stride_w, g.pad_w, j, g.w, &ox_lo, &ox_hi);
+        for (int oy = oy_lo; oy < oy_hi; ++oy) {
+          const T* row = col + oy * g.out_w;
+          T* dst = plane + static_cast<std::size_t>(oy * g.stride_h - g.pad_h + i) * g.w +
+                   (ox_lo * g.stride_w - g.pad_w + j);
+          for (int ox = ox_lo; ox < ox_hi; ++ox) dst[(ox - ox_lo) * g.stride_w] += row[ox];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::size_t conv2d_workspace_floats(const Conv2dGeom& g, int threads) {
+  return slice_elems(g) * static_cast<std::size_t>(resolve_threads(threads));
+}
+
+template <class T>
+void conv2d_forward(const Conv2dGeom& g, const T* x, const T* weight, const T* bias, T* y,
+                    T* workspace, int threads) {
+  const int patch = g.c * g.kh * g.kw;
+  const int ohw = g.out_h * g.out_w;
+  const std::size_t x_stride = static_cast<std::size_t>(g.c) * g.h * g.w;
+  const std::size_t y_stride = static_cast<std::size_t>(g.k) * ohw;
+  const int team = resolve_threads(threads);
+#pragma omp parallel num_threads(team)
+  {
+    std::size_t s0, s1;
+    split_range(g.n, omp_get_thread_num(), omp_get_num_threads(), &s0, &s1);
+    T* col = workspace + slice_elems(g) * omp_get_thread_num();
+    for (std::size_t s = s0; s < s1; ++s) {
+      T* ys = y + s * y_stride;
+      // Start from the bias so the GEMM only accumulates into y.
+      for (int kk = 0; kk < g.k; ++kk)
+        std::fill(ys + kk * ohw, ys + (kk + 1) * ohw, bias ? bias[kk] : T(0));
+      im2col(g, x + s * x_stride, col);
+      gemm<T>(false, false, g.k, ohw, patch, T(1), weight, patch, col, ohw, T(1), ys, ohw);
+    }
+  }
+}
+
+template <class T>
+void conv2d_backward_data(const Conv2dGeom& g, const T* dy, const T* weight, T* dx, T* workspace,
+                          int threads) {
+  const int patch = g.c * g.kh * g.kw;
+  const int ohw = g.out_h * g.out_w;
+  const std::size_t x_stride = static_cast<std::size_t>(g.c) * g.h * g.w;
+  const std::size_t y_stride = static_cast<std::size_t>(g.k) * ohw;
+  const int team = resolve_threads(threads);
+#pragma omp parallel num_threads(team)
+  {
+    std::size_t s0, s1;
+    split_range(g.n, omp_get_thread_num(), omp_get_num_threads(), &s0, &s1);
+    T* col = workspace + slice_elems(g) * omp_get_thread_num();
+    for (std::size_t s = s0; s < s1; ++s) {
+      // dcol[patch, ohw] = weight^T[patch, k] * dy[k, ohw], then fold back onto the image.
+      gemm<T>(true, false, patch, ohw, g.k, T(1), weight, patch, dy + s * y_stride, ohw, T(0), col,
+              ohw);
+      col2im(g, col, dx + s * x_stride);
+    }
+  }
+}
+
+template <class T>
+void conv2d_backward_weights(const Conv2dGeom& g, const T* x, const T* dy, T* dweight, T* dbias,
+                             T* workspace, int threads) {
+  const int patch = g.c * g.kh * g.kw;
+  const int ohw = g.out_h * g.out_w;
+  const std::size_t x_stride = static_cast<std::size_t>(g.c) * g.h * g.w;
+  const std::size_t y_stride = static_cast<std::size_t>(g.k) * ohw;
+  const std::size_t dw_elems = static_cast<std::size_t>(g.k) * patch;
+  const std::size_t slice = slice_elems(g);
+  const std::size_t dw_offset = round_up16(col_elems(g));
+  const std::size_t db_offset = dw_offset + round_up16(dw_elems);
+  const int team = resolve_threads(threads);
+  int used = 1;
+#pragma omp parallel num_threads(team)
+  {
+    const int t = omp_get_thread_num();
+#pragma omp single
+    used = omp_get_num_threads();
+    std::size_t s0, s1;
+    split_range(g.n, t, omp_get_num_threads(), &s0, &s1);
+    T* col = workspace + slice * t;
+    T* dw = col + dw_offset;
+    T* db = col + db_offset;
+    std::fill(dw, dw + dw_elems, T(0));
+    std::fill(db, db + g.k, T(0));
+    for (std::size_t s = s0; s < s1; ++s) {
+      const T* dys = dy + s * y_stride;
+      im2col(g, x + s * x_stride, col);
+      // dw[k, patch] += dy[k, ohw] * col^T[ohw, patch]
+      gemm<T>(false, true, g.k, patch, ohw, T(1), dys, ohw, col, ohw, T(1), dw, patch);
+      for (int kk = 0; kk < g.k; ++kk) {
+        T sum = 0;
+        for (int p = 0; p < ohw; ++p) sum += dys[kk * ohw + p];
+        db[kk] += sum;
+      }
+    }
+  }
+  // Fixed-order sum of the per-thread partials (threads with no samples contributed zeros).
+  for (std::size_t e = 0; e < dw_elems; ++e) {
+    T sum = 0;
+    for (int t = 0; t < used; ++t) sum += workspace[slice * t + dw_offset + e];
+    dweight[e] = sum;
+  }
+  if (dbias) {
+    for (int kk = 0; kk < g.k; ++kk) {
+      T sum = 0;
+      for (int t = 0; t < used; ++t) sum += workspace[slice * t + db_offset + kk];
+      dbias[kk] = sum;
+    }
+  }
+}
+
+#define MNIST_INSTANTIATE(T)                                                                     \
+  template void conv2d_forward<T>(const Conv2dGeom&, const T*, const T*, const T*, T*, T*, int); \
+  template void conv2d_backward_data<T>(const Conv2dGeom&, const T*, const T*, T*, T*, int);     \
+  template void conv2d_backward_weights<T>(const Conv2dGeom&, const T*, const T*, T*, T*, T*, int);
+MNIST_INSTANTIATE(float)
+MNIST_INSTANTIATE(double)
+#undef MNIST_INSTANTIATE
+
+}  // namespace mnist::cpu

@@ -1,0 +1,199 @@
+// CpuBackend: the Backend interface over the float cpu:: kernels, on host memory.
+// Threads: each kernel call opens its own OpenMP team of `threads_` threads (see parallel.hpp);
+// the backend keeps no state shared with other backends, so several may run in parallel workers.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "backend/backend.hpp"
+#include "backend/cpu/batch_norm.hpp"
+#include "backend/cpu/conv2d.hpp"
+#include "backend/cpu/dense.hpp"
+#include "backend/cpu/dropout.hpp"
+#include "backend/cpu/elementwise.hpp"
+#include "backend/cpu/gather_batch.hpp"
+#include "backend/cpu/max_pool.hpp"
+#include "backend/cpu/optimizer.hpp"
+#include "backend/cpu/parallel.hpp"
+#include "backend/cpu/relu.hpp"
+#include "backend/cpu/softmax_cross_entropy.hpp"
+#include "core/error.hpp"
+
+namespace mnist {
+
+namespace {
+
+// Cache-line alignment: no false sharing between buffers, aligned vector loads.
+constexpr std::size_t kAlignment = 64;
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options)
+      : index_(options.worker_index), threads_(cpu::resolve_threads(options.threads)) {}
+
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return fmt::format("cpu{}", index_); }
+
+  void* allocate(std::size_t bytes) override {
+    // aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a unique
+    // block.
+    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded ? rounded : kAlignment);
+    if (!p) {
+      const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+      MNIST_THROW(RuntimeError,
+                  "{}: cannot allocate {} bytes ({:.1f} MiB) of host memory; about {:.1f} MiB "
+                  "are free",
+                  name(), bytes, bytes / 1048576.0,
+                  pages > 0 && page > 0 ? static_cast<double>(pages) * page / 1048576.0 : 0.0);
+    }
+    return p;
+  }
+  void release(void* ptr) noexcept override { std::free(ptr); }
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void copy_on_device(void* dst, const void* src, std::size_t bytes) override {
+    std::memmove(dst, src, bytes);
+  }
+  void fill(float* dst, std::size_t n, float value) override { cpu::fill(n, value, dst, threads_); }
+  // Every kernel has finished when it returns.
+  void synchronize() override {}
+
+  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
+                    const int32_t* indices, int n, float* x, int32_t* y) override {
+    cpu::gather_batch(images, labels, pixels, indices, n, x, y, threads_);
+  }
+
+  std::size_t conv2d_workspace_floats(const Conv2dGeom& g) override {
+    return cpu::conv2d_workspace_floats(g, threads_);
+  }
+  void conv2d_forward(const Conv2dGeom& g, const float* x, const float* weight, const float* bias,
+                      float* y, float* workspace) override {
+    cpu::conv2d_forward(g, x, weight, bias, y, workspace, threads_);
+  }
+  void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
+                            float* workspace) override {
+    cpu::conv2d_backward_data(g, dy, weight, dx, workspace, threads_);
+  }
+  void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy, float* dweight,
+                               float* dbias, float* workspace) override {
+    cpu::conv2d_backward_weights(g, x, dy, dweight, dbias, workspace, threads_);
+  }
+
+  void max_pool_forward(const PoolGeom& g, const float* x, float* y, int32_t* argmax) override {
+    cpu::max_pool_forward(g, x, y, argmax, threads_);
+  }
+  void max_pool_backward(const PoolGeom& g, const float* dy, const int32_t* argmax,
+                         float* dx) override {
+    cpu::max_pool_backward(g, dy, argmax, dx, threads_);
+  }
+
+  void relu_forward(std::size_t n, const float* x, float* y) override {
+    cpu::relu_forward(n, x, y, threads_);
+  }
+  void relu_backward(std::size_t n, const float* y, const float* dy, float* dx) override {
+    cpu::relu_backward(n, y, dy, dx, threads_);
+  }
+
+  void batch_norm_stats(const ChannelGeom& g, const float* x, float* sum, float* sumsq) override {
+    cpu::batch_norm_stats(g, x, sum, sumsq, threads_);
+  }
+  void batch_norm_finalize(int c, double count, const float* sum, const float* sumsq, float epsilon,
+                           float decay, float* mean, float* invstd, float* running_mean,
+                           float* running_var) override {
+    cpu::batch_norm_finalize(c, count, sum, sumsq, epsilon, decay, mean, invstd, running_mean,
+                             running_var);
+  }
+  void batch_norm_inference_params(int c, const float* running_mean, const float* running_var,
+                                   float epsilon, float* mean, float* invstd) override {
+    cpu::batch_norm_inference_params(c, running_mean, running_var, epsilon, mean, invstd);
+  }
+  void batch_norm_apply(const ChannelGeom& g, const float* x, const float* mean,
+                        const float* invstd, const float* gamma, const float* beta,
+                        float* y) override {
+    cpu::batch_norm_apply(g, x, mean, invstd, gamma, beta, y, threads_);
+  }
+  void batch_norm_backward_reduce(const ChannelGeom& g, const float* dy, const float* x,
+                                  const float* mean, const float* invstd, float* sum_dy,
+                                  float* sum_dy_xhat) override {
+    cpu::batch_norm_backward_reduce(g, dy, x, mean, invstd, sum_dy, sum_dy_xhat, threads_);
+  }
+  void batch_norm_backward_apply(const ChannelGeom& g, const float* dy, const float* x,
+                                 const float* mean, const float* invstd, const float* gamma,
+                                 const float* sum_dy, const float* sum_dy_xhat, double count,
+                                 float* dx) override {
+    cpu::batch_norm_backward_apply(g, dy, x, mean, invstd, gamma, sum_dy, sum_dy_xhat, count, dx,
+                                   threads_);
+  }
+
+  void dense_forward(int n, int in, int out, const float* x, const float* weight, const float* bias,
+                     float* y) override {
+    cpu::dense_forward(n, in, out, x, weight, bias, y, threads_);
+  }
+  void dense_backward_data(int n, int in, int out, const float* dy, const float* weight,
+                           float* dx) override {
+    cpu::dense_backward_data(n, in, out, dy, weight, dx, threads_);
+  }
+  void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
+                              float* dweight, float* dbias) override {
+    cpu::dense_backward_weights(n, in, out, x, dy, dweight, dbias, threads_);
+  }
+
+  void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
+                       uint32_t first_sample, const float* x, float* y) override {
+    cpu::dropout_forward(n, per_sample, rate, key, step, first_sample, x, y, threads_);
+  }
+  void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
+                        uint32_t first_sample, const float* dy, float* dx) override {
+    cpu::dropout_backward(n, per_sample, rate, key, step, first_sample, dy, dx, threads_);
+  }
+
+  void softmax_cross_entropy(int n, int k, const float* logits, const int32_t* labels,
+                             float grad_scale, float* dlogits, float* metrics) override {
+    cpu::softmax_cross_entropy(n, k, logits, labels, grad_scale, dlogits, metrics, threads_);
+  }
+
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
+                   const float* grads, float* m, float* v) override {
+    cpu::adam_update(n, n_decay, s, params, grads, m, v, threads_);
+  }
+  void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
+                  const float* grads, float* velocity) override {
+    cpu::sgd_update(n, n_decay, s, params, grads, velocity, threads_);
+  }
+
+  void scale(std::size_t n, float alpha, float* x) override { cpu::scale(n, alpha, x, threads_); }
+  void add(std::size_t n, const float* x, float* y) override { cpu::add(n, x, y, threads_); }
+  bool all_finite(std::size_t n, const float* x) override {
+    return cpu::all_finite(n, x, threads_);
+  }
+
+ private:
+  int index_;
+  int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
+  if (options.engine != "native") {
+    MNIST_THROW(RuntimeError,
+                "cpu{}: engine '{}' is not available on the CPU backend; allowed: native "
+                "(cublas and cudnn are CUDA engines)",
+                options.worker_index, options.engine);
+  }
+  if (options.threads < 0) {
+    MNIST_THROW(RuntimeError, "cpu{}: threads = {} must be >= 0 (0 = all cores)",
+                options.worker_index, options.threads);
+  }
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace mnist
