@@ -135,11 +135,12 @@ bool is_plain_scalar(const YAML::Node& node) {
   return node.IsScalar() && node.Tag() == "?";
 }
 
+// `hi_is_rule`: whether `hi` belongs in the message; a cap that only reflects the field's C++ type
+// is named only when a value actually exceeds it.
 int64_t read_integer(const Reporter& r, const YAML::Node& node, const std::string& path, int64_t lo,
-                     int64_t hi) {
-  std::string rule = hi == std::numeric_limits<int64_t>::max()
-                         ? fmt::format("must be an integer >= {}", lo)
-                         : fmt::format("must be an integer in [{}, {}]", lo, hi);
+                     int64_t hi, bool hi_is_rule = true) {
+  std::string rule = hi_is_rule ? fmt::format("must be an integer in [{}, {}]", lo, hi)
+                                : fmt::format("must be an integer >= {}", lo);
   if (!is_plain_scalar(node)) r.fail_value(node, path, rule);
   const std::string& s = node.Scalar();
   size_t digits_from = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
@@ -149,7 +150,10 @@ int64_t read_integer(const Reporter& r, const YAML::Node& node, const std::strin
   }
   errno = 0;
   long long v = std::strtoll(s.c_str(), nullptr, 10);
-  if (errno == ERANGE || v < lo || v > hi) r.fail_value(node, path, rule);
+  if (v < lo) r.fail_value(node, path, rule);
+  if (errno == ERANGE || v > hi) {
+    r.fail_value(node, path, fmt::format("must be an integer in [{}, {}]", lo, hi));
+  }
   return v;
 }
 
@@ -321,11 +325,14 @@ class Section {
   template <class Int>
   void integer(const std::string& key, Int& out, int64_t lo,
                int64_t hi = std::numeric_limits<int64_t>::max()) const {
+    bool hi_is_rule = hi != std::numeric_limits<int64_t>::max();
     // The field's own type caps the range (seed is uint64_t but is read up to int64's maximum).
     if (std::numeric_limits<Int>::digits < 63) {
       hi = std::min<int64_t>(hi, static_cast<int64_t>(std::numeric_limits<Int>::max()));
     }
-    if (has(key)) out = static_cast<Int>(read_integer(r_, value(key), child(key), lo, hi));
+    if (has(key)) {
+      out = static_cast<Int>(read_integer(r_, value(key), child(key), lo, hi, hi_is_rule));
+    }
   }
   template <class Real>
   void number(const std::string& key, Real& out, const Range& range) const {
@@ -350,7 +357,9 @@ class Section {
   // Exactly one of a and b, naming both when the rule is broken.
   void exactly_one(const std::string& a, const std::string& b) const {
     if (has(a) && has(b)) {
-      const std::string& later = key_line(b) >= key_line(a) ? b : a;
+      YAML::Mark ma = key_mark(a), mb = key_mark(b);
+      bool b_later = mb.line > ma.line || (mb.line == ma.line && mb.column > ma.column);
+      const std::string& later = b_later ? b : a;
       r_.fail_at(key_mark(later), path_,
                  fmt::format("give exactly one of '{}' and '{}'; found both ({} at line {}, {} at "
                              "line {})",
@@ -504,7 +513,7 @@ void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSp
                v.Scalar().find_first_not_of("0123456789") == std::string::npos) {
       spec.padding = PaddingMode::explicit_pixels;
       spec.padding_pixels = static_cast<int>(
-          read_integer(ctx.r, v, s.child("padding"), 0, std::numeric_limits<int>::max()));
+          read_integer(ctx.r, v, s.child("padding"), 0, std::numeric_limits<int>::max(), false));
     } else {
       ctx.r.fail_value(v, s.child("padding"), rule);
     }
