@@ -269,9 +269,10 @@ const Choices<std::string> kDatasets = {
 // unknown keys, so the typed getters below only ever see keys the schema knows.
 class Section {
  public:
+  // `key_mark`: where the section's key is, for messages about an empty or absent section.
   Section(const Reporter& r, const YAML::Node& node, std::string path,
-          std::vector<std::string> known)
-      : r_(r), node_(node), path_(std::move(path)), known_(std::move(known)) {
+          std::vector<std::string> known, YAML::Mark key_mark = YAML::Mark::null_mark())
+      : r_(r), node_(node), path_(std::move(path)), known_(std::move(known)), key_mark_(key_mark) {
     if (!node_.IsDefined() || node_.IsNull()) return;  // absent or empty: every key at its default
     if (!node_.IsMap()) {
       r_.fail_value(node_, path_, fmt::format("must be a map with keys: {}", join(known_)));
@@ -300,7 +301,10 @@ class Section {
   const Reporter& reporter() const { return r_; }
   const std::string& path() const { return path_; }
   const YAML::Node& node() const { return node_; }
-  YAML::Mark mark() const { return node_.IsDefined() ? node_.Mark() : YAML::Mark::null_mark(); }
+  YAML::Mark mark() const {
+    // A null value's mark is wherever the parser stood next (often the following line).
+    return node_.IsDefined() && !node_.IsNull() ? node_.Mark() : key_mark_;
+  }
   std::string child(const std::string& key) const {
     return path_.empty() ? key : path_ + "." + key;
   }
@@ -319,7 +323,7 @@ class Section {
     return e ? e->key.Mark() : mark();
   }
   Section section(const std::string& key, std::vector<std::string> known) const {
-    return Section(r_, value(key), child(key), std::move(known));
+    return Section(r_, value(key), child(key), std::move(known), key_mark(key));
   }
 
   template <class Int>
@@ -387,6 +391,7 @@ class Section {
   YAML::Node node_;
   std::string path_;
   std::vector<std::string> known_;
+  YAML::Mark key_mark_;
   std::vector<Entry> entries_;
 };
 
@@ -497,7 +502,8 @@ void parse_weighted_tail(const LayerContext& ctx, const Section& s, LayerSpec& s
 void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSpec>& out) {
   LayerSpec spec = base_spec(ctx, LayerKind::conv2d);
   for (const char* required : {"filters", "kernel"}) {
-    if (!s.has(required)) ctx.r.fail(s.node(), s.path(), fmt::format("'{}' is required", required));
+    if (!s.has(required))
+      ctx.r.fail_at(s.mark(), s.path(), fmt::format("'{}' is required", required));
   }
   s.integer("filters", spec.filters, 1);
   s.integer("kernel", spec.kernel, 1);
@@ -523,7 +529,7 @@ void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSp
 
 void parse_dense(const LayerContext& ctx, const Section& s, std::vector<LayerSpec>& out) {
   LayerSpec spec = base_spec(ctx, LayerKind::dense);
-  if (!s.has("units")) ctx.r.fail(s.node(), s.path(), "'units' is required");
+  if (!s.has("units")) ctx.r.fail_at(s.mark(), s.path(), "'units' is required");
   s.integer("units", spec.units, 1);
   parse_weighted_tail(ctx, s, spec, out);
 }
@@ -634,7 +640,7 @@ void parse_layers(const Reporter& r, const Section& model, const ModelDefaults& 
                             did_you_mean(name, kind_names()), join(kind_names())));
     }
     std::string options_path = item_path + "." + entry->name;
-    Section s(r, options, options_path, entry->keys);
+    Section s(r, options, options_path, entry->keys, key.Mark());
     LayerContext ctx{r, defaults, item_path, item.Mark().line + 1};
     entry->parse(ctx, s, out);
   }
@@ -793,7 +799,13 @@ ScheduleConfig parse_schedule(const Section& top, const OptimizerConfig& opt) {
   s.integer("warmup_steps", sc.warmup_steps, 0);
   s.integer("step_size", sc.step_size, 1);
   s.number("gamma", sc.gamma, Range{0, true, 1, false});
-  s.number("min_lr", sc.min_lr, Range{0, false, opt.lr, false});
+  s.number("min_lr", sc.min_lr, at_least(0));
+  if (sc.min_lr > opt.lr) {
+    s.reporter().fail_value(s.value("min_lr"), s.child("min_lr"),
+                            fmt::format("must be <= optimizer.lr ({}): cosine decays from lr "
+                                        "down to min_lr",
+                                        opt.lr));
+  }
   return sc;
 }
 

@@ -452,6 +452,30 @@ train: {steps: 10}
        "just some words\n",
        {},
        {"broken.yaml:1:1: (top level): 'just some words' is not allowed: a config file is a map"}},
+      {"empty section: the message points at its key",
+       R"(model:
+  layers: [dense: {units: 10}]
+train:
+)",
+       {},
+       {"broken.yaml:3:1: train: give exactly one of 'steps' and 'epochs'; found neither"}},
+      {"layer without options where one is required (an empty relu is fine)",
+       R"(model:
+  layers:
+    - relu:
+    - dense:
+train: {steps: 10, batch_per_device: 8}
+)",
+       {},
+       {"broken.yaml:4:7: model.layers[1].dense: 'units' is required"}},
+      {"cosine floor above the learning rate",
+       R"(model:
+  layers: [dense: {units: 10}]
+train: {steps: 10, batch_per_device: 8}
+schedule: {type: cosine, min_lr: 0.5}
+)",
+       {},
+       {"broken.yaml:4:34: schedule.min_lr: 0.5 is not allowed: must be <= optimizer.lr (0.001)"}},
       {"bad override path",
        kMinimal,
        {"model..layers=3"},
