@@ -135,11 +135,12 @@ bool is_plain_scalar(const YAML::Node& node) {
   return node.IsScalar() && node.Tag() == "?";
 }
 
+// `hi_is_rule`: whether `hi` belongs in the message; a cap that only reflects the field's C++ type
+// is named only when a value actually exceeds it.
 int64_t read_integer(const Reporter& r, const YAML::Node& node, const std::string& path, int64_t lo,
-                     int64_t hi) {
-  std::string rule = hi == std::numeric_limits<int64_t>::max()
-                         ? fmt::format("must be an integer >= {}", lo)
-                         : fmt::format("must be an integer in [{}, {}]", lo, hi);
+                     int64_t hi, bool hi_is_rule = true) {
+  std::string rule = hi_is_rule ? fmt::format("must be an integer in [{}, {}]", lo, hi)
+                                : fmt::format("must be an integer >= {}", lo);
   if (!is_plain_scalar(node)) r.fail_value(node, path, rule);
   const std::string& s = node.Scalar();
   size_t digits_from = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
@@ -149,7 +150,10 @@ int64_t read_integer(const Reporter& r, const YAML::Node& node, const std::strin
   }
   errno = 0;
   long long v = std::strtoll(s.c_str(), nullptr, 10);
-  if (errno == ERANGE || v < lo || v > hi) r.fail_value(node, path, rule);
+  if (v < lo) r.fail_value(node, path, rule);
+  if (errno == ERANGE || v > hi) {
+    r.fail_value(node, path, fmt::format("must be an integer in [{}, {}]", lo, hi));
+  }
   return v;
 }
 
@@ -265,9 +269,10 @@ const Choices<std::string> kDatasets = {
 // unknown keys, so the typed getters below only ever see keys the schema knows.
 class Section {
  public:
+  // `key_mark`: where the section's key is, for messages about an empty or absent section.
   Section(const Reporter& r, const YAML::Node& node, std::string path,
-          std::vector<std::string> known)
-      : r_(r), node_(node), path_(std::move(path)), known_(std::move(known)) {
+          std::vector<std::string> known, YAML::Mark key_mark = YAML::Mark::null_mark())
+      : r_(r), node_(node), path_(std::move(path)), known_(std::move(known)), key_mark_(key_mark) {
     if (!node_.IsDefined() || node_.IsNull()) return;  // absent or empty: every key at its default
     if (!node_.IsMap()) {
       r_.fail_value(node_, path_, fmt::format("must be a map with keys: {}", join(known_)));
@@ -296,7 +301,10 @@ class Section {
   const Reporter& reporter() const { return r_; }
   const std::string& path() const { return path_; }
   const YAML::Node& node() const { return node_; }
-  YAML::Mark mark() const { return node_.IsDefined() ? node_.Mark() : YAML::Mark::null_mark(); }
+  YAML::Mark mark() const {
+    // A null value's mark is wherever the parser stood next (often the following line).
+    return node_.IsDefined() && !node_.IsNull() ? node_.Mark() : key_mark_;
+  }
   std::string child(const std::string& key) const {
     return path_.empty() ? key : path_ + "." + key;
   }
@@ -315,17 +323,20 @@ class Section {
     return e ? e->key.Mark() : mark();
   }
   Section section(const std::string& key, std::vector<std::string> known) const {
-    return Section(r_, value(key), child(key), std::move(known));
+    return Section(r_, value(key), child(key), std::move(known), key_mark(key));
   }
 
   template <class Int>
   void integer(const std::string& key, Int& out, int64_t lo,
                int64_t hi = std::numeric_limits<int64_t>::max()) const {
+    bool hi_is_rule = hi != std::numeric_limits<int64_t>::max();
     // The field's own type caps the range (seed is uint64_t but is read up to int64's maximum).
     if (std::numeric_limits<Int>::digits < 63) {
       hi = std::min<int64_t>(hi, static_cast<int64_t>(std::numeric_limits<Int>::max()));
     }
-    if (has(key)) out = static_cast<Int>(read_integer(r_, value(key), child(key), lo, hi));
+    if (has(key)) {
+      out = static_cast<Int>(read_integer(r_, value(key), child(key), lo, hi, hi_is_rule));
+    }
   }
   template <class Real>
   void number(const std::string& key, Real& out, const Range& range) const {
@@ -350,7 +361,9 @@ class Section {
   // Exactly one of a and b, naming both when the rule is broken.
   void exactly_one(const std::string& a, const std::string& b) const {
     if (has(a) && has(b)) {
-      const std::string& later = key_line(b) >= key_line(a) ? b : a;
+      YAML::Mark ma = key_mark(a), mb = key_mark(b);
+      bool b_later = mb.line > ma.line || (mb.line == ma.line && mb.column > ma.column);
+      const std::string& later = b_later ? b : a;
       r_.fail_at(key_mark(later), path_,
                  fmt::format("give exactly one of '{}' and '{}'; found both ({} at line {}, {} at "
                              "line {})",
@@ -378,6 +391,7 @@ class Section {
   YAML::Node node_;
   std::string path_;
   std::vector<std::string> known_;
+  YAML::Mark key_mark_;
   std::vector<Entry> entries_;
 };
 
@@ -488,7 +502,8 @@ void parse_weighted_tail(const LayerContext& ctx, const Section& s, LayerSpec& s
 void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSpec>& out) {
   LayerSpec spec = base_spec(ctx, LayerKind::conv2d);
   for (const char* required : {"filters", "kernel"}) {
-    if (!s.has(required)) ctx.r.fail(s.node(), s.path(), fmt::format("'{}' is required", required));
+    if (!s.has(required))
+      ctx.r.fail_at(s.mark(), s.path(), fmt::format("'{}' is required", required));
   }
   s.integer("filters", spec.filters, 1);
   s.integer("kernel", spec.kernel, 1);
@@ -504,7 +519,7 @@ void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSp
                v.Scalar().find_first_not_of("0123456789") == std::string::npos) {
       spec.padding = PaddingMode::explicit_pixels;
       spec.padding_pixels = static_cast<int>(
-          read_integer(ctx.r, v, s.child("padding"), 0, std::numeric_limits<int>::max()));
+          read_integer(ctx.r, v, s.child("padding"), 0, std::numeric_limits<int>::max(), false));
     } else {
       ctx.r.fail_value(v, s.child("padding"), rule);
     }
@@ -514,7 +529,7 @@ void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSp
 
 void parse_dense(const LayerContext& ctx, const Section& s, std::vector<LayerSpec>& out) {
   LayerSpec spec = base_spec(ctx, LayerKind::dense);
-  if (!s.has("units")) ctx.r.fail(s.node(), s.path(), "'units' is required");
+  if (!s.has("units")) ctx.r.fail_at(s.mark(), s.path(), "'units' is required");
   s.integer("units", spec.units, 1);
   parse_weighted_tail(ctx, s, spec, out);
 }
@@ -625,7 +640,7 @@ void parse_layers(const Reporter& r, const Section& model, const ModelDefaults& 
                             did_you_mean(name, kind_names()), join(kind_names())));
     }
     std::string options_path = item_path + "." + entry->name;
-    Section s(r, options, options_path, entry->keys);
+    Section s(r, options, options_path, entry->keys, key.Mark());
     LayerContext ctx{r, defaults, item_path, item.Mark().line + 1};
     entry->parse(ctx, s, out);
   }
@@ -784,7 +799,13 @@ ScheduleConfig parse_schedule(const Section& top, const OptimizerConfig& opt) {
   s.integer("warmup_steps", sc.warmup_steps, 0);
   s.integer("step_size", sc.step_size, 1);
   s.number("gamma", sc.gamma, Range{0, true, 1, false});
-  s.number("min_lr", sc.min_lr, Range{0, false, opt.lr, false});
+  s.number("min_lr", sc.min_lr, at_least(0));
+  if (sc.min_lr > opt.lr) {
+    s.reporter().fail_value(s.value("min_lr"), s.child("min_lr"),
+                            fmt::format("must be <= optimizer.lr ({}): cosine decays from lr "
+                                        "down to min_lr",
+                                        opt.lr));
+  }
   return sc;
 }
 
