@@ -64,12 +64,16 @@ std::vector<uint8_t> read_whole_file(const std::string& path) {
 std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& path) {
   std::vector<uint8_t> out;
   // The gzip trailer's ISIZE (last 4 bytes, little-endian, size mod 2^32) is a good first guess for
-  // the output size; it is only a hint, the loop below grows the buffer as needed.
+  // the output size; it is only a hint, the loop below grows the buffer as needed. A truncated file
+  // ends in arbitrary bytes, so the hint is capped by deflate's best ratio (1032:1), lest garbage
+  // ask for gigabytes.
   if (in.size() >= 18) {
     const size_t n = in.size();
     const uint32_t isize = uint32_t{in[n - 4]} | (uint32_t{in[n - 3]} << 8) |
                            (uint32_t{in[n - 2]} << 16) | (uint32_t{in[n - 1]} << 24);
-    out.reserve(std::min<uint64_t>(isize, kIdxMaxPixels + kIdxImagesHeaderBytes));
+    const uint64_t cap =
+        std::min<uint64_t>(uint64_t{1032} * n, kIdxMaxPixels + kIdxImagesHeaderBytes);
+    out.reserve(std::min<uint64_t>(isize, cap));
   }
   size_t member_start = 0;
   while (true) {
