@@ -48,6 +48,14 @@ std::vector<uint8_t> read_whole_file(const std::string& path) {
   if (f == nullptr) MNIST_THROW(DataError, "cannot open '{}': {}", path, std::strerror(errno));
   std::vector<uint8_t> bytes;
   const auto size = fs::file_size(path, ec);
+  // No valid IDX file, raw or compressed, is larger than the largest accepted IDX contents; this
+  // also keeps sizes within zlib's 32-bit counters.
+  if (!ec && size > kIdxMaxPixels + kIdxImagesHeaderBytes) {
+    std::fclose(f);
+    MNIST_THROW(DataError,
+                "'{}' is {} bytes, larger than any IDX file this tool accepts ({} bytes)", path,
+                size, kIdxMaxPixels + kIdxImagesHeaderBytes);
+  }
   if (!ec) bytes.resize(size);
   const size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
   const bool failed = std::ferror(f) != 0;
@@ -64,12 +72,16 @@ std::vector<uint8_t> read_whole_file(const std::string& path) {
 std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& path) {
   std::vector<uint8_t> out;
   // The gzip trailer's ISIZE (last 4 bytes, little-endian, size mod 2^32) is a good first guess for
-  // the output size; it is only a hint, the loop below grows the buffer as needed.
+  // the output size; it is only a hint, the loop below grows the buffer as needed. A truncated file
+  // ends in arbitrary bytes, so the hint is capped by deflate's best ratio (1032:1), lest garbage
+  // ask for gigabytes.
   if (in.size() >= 18) {
     const size_t n = in.size();
     const uint32_t isize = uint32_t{in[n - 4]} | (uint32_t{in[n - 3]} << 8) |
                            (uint32_t{in[n - 2]} << 16) | (uint32_t{in[n - 1]} << 24);
-    out.reserve(std::min<uint64_t>(isize, kIdxMaxPixels + kIdxImagesHeaderBytes));
+    const uint64_t cap =
+        std::min<uint64_t>(uint64_t{1032} * n, kIdxMaxPixels + kIdxImagesHeaderBytes);
+    out.reserve(std::min<uint64_t>(isize, cap));
   }
   size_t member_start = 0;
   while (true) {
@@ -85,12 +97,13 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& p
         out.reserve(std::max<size_t>(out.capacity() * 2, out.size() + (1u << 20)));
       }
       const size_t before = out.size();
-      const size_t room = out.capacity() - before;
-      out.resize(out.capacity());
+      // zlib counts in uInt (32 bits): hand it at most 1 GiB of room per call.
+      const size_t chunk = std::min<size_t>(out.capacity() - before, size_t{1} << 30);
+      out.resize(before + chunk);
       zs.next_out = out.data() + before;
-      zs.avail_out = static_cast<uInt>(room);
+      zs.avail_out = static_cast<uInt>(chunk);
       rc = inflate(&zs, Z_NO_FLUSH);
-      out.resize(before + (room - zs.avail_out));
+      out.resize(before + (chunk - zs.avail_out));
       if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR || rc == Z_STREAM_ERROR) {
         const std::string why = zs.msg != nullptr ? zs.msg : "error code " + std::to_string(rc);
         const size_t at = member_start + zs.total_in;

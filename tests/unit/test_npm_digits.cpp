@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -61,8 +64,8 @@ std::string one_image_with(const std::string& head) {
 
 TEST_CASE("npm conversion: per-digit 85/15 split and round-robin order", "[data][npm]") {
   ScratchDir in, out;
-  // floor(0.85 n) by hand: n=2..10 -> 1,2,3,4,5,5,6,7,8; n=20 -> 17 (0.85*20 is exactly 17, where
-  // floating point could give 16.999...).
+  // floor(0.85 n) by hand: n=2..10 -> 1,2,3,4,5,5,6,7,8; n=20 -> 17 (an exact 85%). Digits run out
+  // at different rounds, so the round-robin has to skip them.
   const std::array<int, 10> n = {2, 3, 4, 5, 6, 7, 8, 9, 10, 20};
   const std::array<int, 10> train = {1, 2, 3, 4, 5, 5, 6, 7, 8, 17};
   const std::array<int, 10> test = {1, 1, 1, 1, 1, 2, 2, 2, 2, 3};
