@@ -56,7 +56,7 @@ enum Job : int { kNone, kTrain, kAverageState, kEvaluate, kFetch, kStop };
 struct Trainer::Worker {
   std::thread thread;
   std::string name;  // backend name once known
-  std::atomic<int> phase{static_cast<int>(Phase::setup)};
+  std::atomic<int> phase{static_cast<int>(Phase::idle)};
   std::atomic<int64_t> phase_step{0};
   std::atomic<int64_t> phase_since_ns{0};
   double compute_ms = 0, comm_ms = 0;  // last step; read by the coordinator after the step
@@ -138,19 +138,35 @@ void Trainer::dispatch(int job) {
   const auto watchdog = std::chrono::duration<double>(experiment_.train.watchdog_seconds);
   while (!sh.failed && sh.done < local_workers_) {
     sh.done_cv.wait_for(lock, std::chrono::milliseconds(200));
+    // The worker longest in its phase is the one holding the others up (they wait for it in a
+    // collective), so it is the one named.
     const int64_t now = Clock::now().time_since_epoch().count();
+    const Worker* slowest = nullptr;
+    std::chrono::duration<double> longest{0};
     for (const Worker& w : sh.workers) {
-      const auto phase = static_cast<Phase>(w.phase.load());
-      if (phase == Phase::idle) continue;
+      if (static_cast<Phase>(w.phase.load()) == Phase::idle) continue;
       const std::chrono::duration<double> busy{std::chrono::nanoseconds(now - w.phase_since_ns.load())};
-      if (busy > watchdog && !sh.failed) {
-        sh.failed = true;
-        sh.error = fmt::format(
-            "{} stalled: step {} has been in phase '{}' for {:.0f} s (train.watchdog_seconds = "
-            "{:g}); aborting the run",
-            w.name, w.phase_step.load() + 1, to_string(phase), busy.count(),
-            experiment_.train.watchdog_seconds);
+      if (busy > longest) {
+        longest = busy;
+        slowest = &w;
       }
+    }
+    if (slowest && longest > watchdog && !sh.failed) {
+      std::string others;
+      for (const Worker& w : sh.workers) {
+        if (&w == slowest) continue;
+        const double busy = (now - w.phase_since_ns.load()) / 1e9;
+        others += fmt::format("{}{} in '{}'", others.empty() ? "" : ", ", w.name,
+                              to_string(static_cast<Phase>(w.phase.load())));
+        if (static_cast<Phase>(w.phase.load()) != Phase::idle) others += fmt::format(" for {:.1f} s", busy);
+      }
+      sh.failed = true;
+      sh.error = fmt::format(
+          "{} stalled: step {} has been in phase '{}' for {:.1f} s (train.watchdog_seconds = "
+          "{:g}); aborting the run{}",
+          slowest->name, slowest->phase_step.load() + 1,
+          to_string(static_cast<Phase>(slowest->phase.load())), longest.count(),
+          experiment_.train.watchdog_seconds, others.empty() ? "" : " (" + others + ")");
     }
   }
   if (!sh.failed) return;

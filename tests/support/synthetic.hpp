@@ -59,7 +59,7 @@ model:
     - dropout: {rate: 0.25}
     - dense: {units: 10}
 devices: {backend: cpu, cpu_workers: 1, threads: 1}
-train: {steps: 20, global_batch: 24, log_every: 0, eval_batch: 50}
+train: {steps: 20, global_batch: 24, log_every: 5, eval_batch: 50}
 optimizer: {type: adam, lr: 0.01}
 output: {dir: /tmp/mnist-train-test-run}
 )" + extra;
