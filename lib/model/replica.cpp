@@ -1,6 +1,7 @@
 #include "model/replica.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.hpp"
 
@@ -56,7 +57,16 @@ const float* Replica::run_forward(const PassContext& ctx) {
       continue;
     }
     float* y = activations_[act++].data();
-    layers_[i]->forward(ctx, x, y);
+    if (profile_) {
+      backend_.synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      layers_[i]->forward(ctx, x, y);
+      backend_.synchronize();
+      profile_->forward_ms[i] +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      layers_[i]->forward(ctx, x, y);
+    }
     outputs_[i] = y;
     x = y;
   }
@@ -89,7 +99,16 @@ void Replica::backward(const PassContext& ctx) {
     const bool reaches_input = std::none_of(layers_.begin(), layers_.begin() + i,
                                             [](const auto& l) { return !l->is_view(); });
     float* dx = reaches_input ? nullptr : spare[next];
-    layer.backward(ctx, x, outputs_[i], dy, dx);
+    if (profile_) {
+      backend_.synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      layer.backward(ctx, x, outputs_[i], dy, dx);
+      backend_.synchronize();
+      profile_->backward_ms[i] +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      layer.backward(ctx, x, outputs_[i], dy, dx);
+    }
     dy = dx;
     next ^= 1;
   }

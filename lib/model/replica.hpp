@@ -20,11 +20,11 @@ class Replica {
   float* input() const { return input_.data(); }
   int32_t* labels() const { return labels_.data(); }
 
-  // Forward through every layer, then softmax cross-entropy: accumulates loss sum, correct count and
-  // sample count into metrics(). In training, also backward: gradients of
+  // forward_train: every layer, then softmax cross-entropy, which accumulates loss sum, correct
+  // count and sample count into metrics() and keeps the loss gradient. backward: gradients of
   // (sum of per-sample losses) * grad_scale are ASSIGNED to grads() (callers use 1/global batch, so
   // summing the replicas' gradients gives the gradient of the global batch's mean loss).
-  // Split in two so callers can name the phase that failed.
+  // Two calls so that callers can name the phase that failed.
   void forward_train(const PassContext& ctx, float grad_scale);
   void backward(const PassContext& ctx);
   void forward_loss(const PassContext& ctx);  // evaluation: metrics only
@@ -40,6 +40,12 @@ class Replica {
   float* moment2() const { return moment2_.data(); }
 
   void reset_metrics();
+  // Benchmarks: when set, every layer's forward and backward is timed (the backend is synchronised
+  // around each call, which slows the step; never set during training). ms are ADDED per layer.
+  struct LayerTimes {
+    std::vector<double> forward_ms, backward_ms;
+  };
+  void set_profile(LayerTimes* times) { profile_ = times; }
   Backend& backend() const { return backend_; }
   const Model& model() const { return model_; }
   int max_batch() const { return max_batch_; }
@@ -58,6 +64,7 @@ class Replica {
   std::vector<DeviceBuffer<float>> activations_;  // one per non-view layer output
   std::vector<const float*> outputs_;             // per layer: its output (aliases for views)
   DeviceBuffer<float> grad_a_, grad_b_, dlogits_;  // ping-pong activation gradients
+  LayerTimes* profile_ = nullptr;
 };
 
 }  // namespace mnist

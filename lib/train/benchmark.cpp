@@ -1,0 +1,147 @@
+#include "train/benchmark.hpp"
+
+#include <chrono>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "model/replica.hpp"
+
+namespace mnist {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOptions& o) {
+  MNIST_CHECK(o.batch >= 1 && o.steps >= 1 && o.warmup >= 0, "bad benchmark options: batch {}, steps {}",
+              o.batch, o.steps);
+  Replica replica(model, be, o.batch);
+  // A small random image pool on the device; each step gathers a batch from it as training does.
+  const int pool = std::max(o.batch, 4096);
+  const int pixels = static_cast<int>(model.input().size());
+  std::vector<uint8_t> images(static_cast<std::size_t>(pool) * pixels), labels(pool);
+  const RngKey key = make_rng_key(o.seed, 0x4000u);
+  for (std::size_t i = 0; i < images.size(); ++i)
+    images[i] = static_cast<uint8_t>(philox4x32(static_cast<uint32_t>(i), 0, 0, 0, key.k0, key.k1).v[0]);
+  for (int i = 0; i < pool; ++i) labels[i] = static_cast<uint8_t>(i % model.classes());
+  std::vector<int32_t> idx(o.batch);
+  for (int i = 0; i < o.batch; ++i) idx[i] = (i * 7919) % pool;
+  DeviceBuffer<uint8_t> d_images(be, images.size()), d_labels(be, labels.size());
+  DeviceBuffer<int32_t> d_idx(be, idx.size());
+  be.copy_to_device(d_images.data(), images.data(), images.size());
+  be.copy_to_device(d_labels.data(), labels.data(), labels.size());
+  be.copy_to_device(d_idx.data(), idx.data(), idx.size() * sizeof(int32_t));
+  const std::vector<float> init = model.initial_params(o.seed);
+  be.copy_to_device(replica.params(), init.data(), init.size() * sizeof(float));
+  const std::vector<float> state = model.initial_state();
+  be.copy_to_device(replica.state(), state.data(), state.size() * sizeof(float));
+
+  PassContext ctx;
+  ctx.n = o.batch;
+  ctx.training = true;
+  ctx.seed = o.seed;
+  ctx.global_n = o.batch;
+  OptimizerStep s;
+  Replica::LayerTimes times;
+  times.forward_ms.assign(model.layers().size(), 0.0);
+  times.backward_ms.assign(model.layers().size(), 0.0);
+  double loss_ms = 0, update_ms = 0;
+  auto one_step = [&](int64_t step, bool profile) {
+    ctx.step = static_cast<uint32_t>(step);
+    be.gather_batch(d_images.data(), d_labels.data(), pixels, d_idx.data(), o.batch, replica.input(),
+                    replica.labels());
+    replica.reset_metrics();
+    replica.forward_train(ctx, 1.0f / o.batch);
+    replica.backward(ctx);
+    s.step = step + 1;
+    Clock::time_point t0;
+    if (profile) {
+      be.synchronize();
+      t0 = Clock::now();
+    }
+    be.adam_update(model.param_count(), model.decayed_count(), s, replica.params(), replica.grads(),
+                   replica.moment1(), replica.moment2());
+    if (profile) {
+      be.synchronize();
+      update_ms += ms_between(t0, Clock::now());
+    }
+  };
+
+  for (int i = 0; i < o.warmup; ++i) one_step(i, false);
+  be.synchronize();
+  const auto start = Clock::now();
+  for (int i = 0; i < o.steps; ++i) one_step(o.warmup + i, false);
+  be.synchronize();
+  const double total_ms = ms_between(start, Clock::now());
+
+  // Profiled pass: the same steps with a synchronisation around every layer.
+  const int profiled = std::max(1, std::min(o.steps, 5));
+  replica.set_profile(&times);
+  for (int i = 0; i < profiled; ++i) one_step(o.warmup + o.steps + i, true);
+  replica.set_profile(nullptr);
+  // The loss kernel's share: time it alone on the last logits.
+  {
+    be.synchronize();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < profiled; ++i) replica.forward_loss(ctx);
+    be.synchronize();
+    double forward_total = 0;
+    for (double v : times.forward_ms) forward_total += v;
+    // forward_loss = every layer + loss; subtract the per-layer forward time measured above.
+    loss_ms = std::max(0.0, ms_between(t0, Clock::now()) - forward_total) / profiled;
+  }
+
+  BenchmarkResult r;
+  r.device = be.name();
+  r.batch = o.batch;
+  r.steps = o.steps;
+  r.step_ms = total_ms / o.steps;
+  r.samples_per_second = o.batch * o.steps / (total_ms / 1000.0);
+  for (const LayerPlan& p : model.layers()) r.layers.push_back(p.label());
+  for (std::size_t i = 0; i < times.forward_ms.size(); ++i) {
+    r.forward_ms.push_back(times.forward_ms[i] / profiled);
+    r.backward_ms.push_back(times.backward_ms[i] / profiled);
+  }
+  r.loss_ms = loss_ms;
+  r.update_ms = update_ms / profiled;
+  r.device_bytes = replica.device_bytes();
+  r.flops_per_sample = model.flops_per_sample();
+  return r;
+}
+
+std::string format_benchmark(const BenchmarkResult& r) {
+  std::string out = fmt::format(
+      "{}: batch {}, {} timed steps: {:.2f} ms/step, {:.0f} samples/s ({:.1f} GFLOP/s of forward+"
+      "backward at 3x forward FLOPs), replica memory {:.1f} MiB\n",
+      r.device, r.batch, r.steps, r.step_ms, r.samples_per_second,
+      r.samples_per_second * 3.0 * r.flops_per_sample / 1e9, r.device_bytes / 1048576.0);
+  double total = r.loss_ms + r.update_ms;
+  for (std::size_t i = 0; i < r.layers.size(); ++i) total += r.forward_ms[i] + r.backward_ms[i];
+  out += fmt::format("  {:<14} {:>10} {:>10} {:>7}   (profiled: synchronised around each layer)\n",
+                     "layer", "fwd ms", "bwd ms", "share");
+  for (std::size_t i = 0; i < r.layers.size(); ++i)
+    out += fmt::format("  {:<14} {:>10.3f} {:>10.3f} {:>6.1f}%\n", r.layers[i], r.forward_ms[i],
+                       r.backward_ms[i], 100.0 * (r.forward_ms[i] + r.backward_ms[i]) / total);
+  out += fmt::format("  {:<14} {:>10.3f} {:>10} {:>6.1f}%\n", "loss", r.loss_ms, "",
+                     100.0 * r.loss_ms / total);
+  out += fmt::format("  {:<14} {:>10} {:>10.3f} {:>6.1f}%\n", "adam update", "", r.update_ms,
+                     100.0 * r.update_ms / total);
+  return out;
+}
+
+std::string benchmark_json(const BenchmarkResult& r) {
+  std::string layers;
+  for (std::size_t i = 0; i < r.layers.size(); ++i)
+    layers += fmt::format("{}{{\"layer\":\"{}\",\"forward_ms\":{:.6g},\"backward_ms\":{:.6g}}}",
+                          i ? "," : "", r.layers[i], r.forward_ms[i], r.backward_ms[i]);
+  return fmt::format(
+      "{{\"device\":\"{}\",\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_second\":{:.6g},"
+      "\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"device_bytes\":{},\"layers\":[{}]}}",
+      r.device, r.batch, r.steps, r.step_ms, r.samples_per_second, r.loss_ms, r.update_ms,
+      r.device_bytes, layers);
+}
+
+}  // namespace mnist

@@ -1,0 +1,40 @@
+#pragma once
+// Training-step throughput of one replica on one backend, and where the time goes, layer by layer.
+// `mnist-train bench` prints this; README's speed figures come from it.
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "model/model.hpp"
+
+namespace mnist {
+
+struct BenchmarkOptions {
+  int batch = 1024;
+  int steps = 20;   // timed steps
+  int warmup = 3;   // untimed steps first (allocation, caches, clocks)
+  uint64_t seed = 42;
+};
+
+struct BenchmarkResult {
+  std::string device;
+  int batch = 0;
+  int steps = 0;
+  double step_ms = 0;              // mean wall time of a whole training step, unprofiled
+  double samples_per_second = 0;
+  std::vector<std::string> layers;         // "0:conv2d"
+  std::vector<double> forward_ms, backward_ms;  // per step, from a separate profiled pass
+  double loss_ms = 0, update_ms = 0;            // softmax cross-entropy, optimizer (profiled)
+  std::size_t device_bytes = 0;                 // replica memory
+  int64_t flops_per_sample = 0;                 // forward
+};
+
+// One training step = gather batch + forward + loss + backward + Adam update (no communication).
+// Inputs are random images (the speed does not depend on the pixels' values).
+BenchmarkResult run_benchmark(const Model& model, Backend& backend, const BenchmarkOptions& options);
+
+std::string format_benchmark(const BenchmarkResult& r);
+std::string benchmark_json(const BenchmarkResult& r);
+
+}  // namespace mnist
