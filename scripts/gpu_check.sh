@@ -112,7 +112,7 @@ else
     # bench/CMakeLists.txt defines mnist-bench only once bench/ has sources.
     compgen -G "$ROOT/bench/*.cpp" >/dev/null && TARGETS+=(mnist-bench)
     run_stage build 180 "$LOG_DIR/build.log" cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}"
-    record build "$STATUS" "$(grep -m1 -E 'error|FAILED' "$LOG_DIR/build.log" || echo "targets: ${TARGETS[*]}")"
+    record build "$STATUS" "$(grep -m1 -E 'error:|FAILED:' "$LOG_DIR/build.log" || echo "targets: ${TARGETS[*]}")"
   else
     record build FAIL "cmake configure failed; see $LOG_DIR/configure.log: $(grep -m1 -i error "$LOG_DIR/configure.log")"
   fi
