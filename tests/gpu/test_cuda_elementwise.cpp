@@ -28,6 +28,19 @@ TEST_CASE("relu forward and backward match the CPU exactly", "[gpu][relu]") {
   }
 }
 
+TEST_CASE("relu keeps NaN, so a diverged layer still reaches the loss", "[gpu][relu]") {
+  Backend& g = gpu();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto x = upload(g, std::vector<float>{nan, -1.0f, 2.0f});
+  auto y = poisoned(g, 3);
+  g.fill(y.g(), 3, 7.0f);
+  g.relu_forward(3, x.g(), y.g());
+  const auto got = download(g, y.gpu);
+  CHECK(std::isnan(got[0]));
+  CHECK(got[1] == 0.0f);
+  CHECK(got[2] == 2.0f);
+}
+
 TEST_CASE("fill, scale, add and all_finite match the CPU", "[gpu][elementwise]") {
   Backend& g = gpu();
   for (int n : kSizes) {

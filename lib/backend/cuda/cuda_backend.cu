@@ -299,6 +299,7 @@ class CudaBackend final : public Backend {
     const float one = 1.0f;
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, weight, in,
                                    x, in, &beta, y, out));
+    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_forward)");
   }
   void dense_backward_data(int n, int in, int out, const float* dy, const float* weight,
                            float* dx) override {
@@ -309,6 +310,7 @@ class CudaBackend final : public Backend {
     const float one = 1.0f, zero = 0.0f;
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, weight, in,
                                    dy, out, &zero, dx, in));
+    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_data)");
   }
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
                               float* dweight, float* dbias) override {
@@ -320,6 +322,7 @@ class CudaBackend final : public Backend {
     // k = n = 0 with beta = 0 gives zeros, as the contract (an empty sum) wants.
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
                                    out, &zero, dweight, in));
+    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_weights)");
     if (dbias) cuda::dense_backward_bias(stream_, n, out, dy, dbias, scratch_);
   }
 

@@ -46,7 +46,7 @@ auto pick(const Perf* results, int count, const char* what) {
 
 }  // namespace
 
-CudnnConv2d::CudnnConv2d(cudaStream_t stream) {
+CudnnConv2d::CudnnConv2d(cudaStream_t stream) : stream_(stream) {
   MNIST_CUDNN_CHECK(cudnnCreate(&handle_));
   const cudnnStatus_t status = cudnnSetStream(handle_, stream);
   if (status != CUDNN_STATUS_SUCCESS) {
@@ -131,6 +131,7 @@ void CudnnConv2d::forward(const Conv2dGeom& g, const float* x, const float* weig
   MNIST_CUDNN_CHECK(cudnnConvolutionForward(handle_, &one, p.x, x, p.w, weight, p.conv, p.fwd_algo,
                                             workspace, p.workspace_bytes, &zero, p.y, y));
   if (bias) MNIST_CUDNN_CHECK(cudnnAddTensor(handle_, &one, p.bias, bias, &one, p.y, y));
+  MNIST_CUDA_LAUNCH_CHECK(stream_, "cudnnConvolutionForward");
 }
 
 void CudnnConv2d::backward_data(const Conv2dGeom& g, const float* dy, const float* weight,
@@ -140,6 +141,7 @@ void CudnnConv2d::backward_data(const Conv2dGeom& g, const float* dy, const floa
   MNIST_CUDNN_CHECK(cudnnConvolutionBackwardData(handle_, &one, p.w, weight, p.y, dy, p.conv,
                                                  p.data_algo, workspace, p.workspace_bytes, &zero,
                                                  p.x, dx));
+  MNIST_CUDA_LAUNCH_CHECK(stream_, "cudnnConvolutionBackwardData");
 }
 
 void CudnnConv2d::backward_weights(const Conv2dGeom& g, const float* x, const float* dy,
@@ -152,6 +154,7 @@ void CudnnConv2d::backward_weights(const Conv2dGeom& g, const float* x, const fl
   if (dbias) {
     MNIST_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle_, &one, p.y, dy, &zero, p.bias, dbias));
   }
+  MNIST_CUDA_LAUNCH_CHECK(stream_, "cudnnConvolutionBackwardFilter");
 }
 
 }  // namespace mnist::cuda

@@ -38,6 +38,7 @@ class CudnnConv2d {
   struct Plan;
   Plan& plan(const Conv2dGeom& g);
 
+  cudaStream_t stream_ = nullptr;
   cudnnHandle_t handle_ = nullptr;
   std::map<std::array<int, 13>, std::unique_ptr<Plan>> plans_;
 };

@@ -10,7 +10,9 @@ namespace {
 __global__ void relu_forward_kernel(std::size_t n, const float* x, float* y) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    // NaN passes through: a ReLU that zeroed it would hide a diverged layer from the loss.
+    const float v = x[i];
+    y[i] = (v > 0.0f || isnan(v)) ? v : 0.0f;
   }
 }
 
