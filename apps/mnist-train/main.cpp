@@ -65,7 +65,9 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
   const mnist::Experiment experiment = mnist::load_experiment(config_path, all);
   const mnist::Model model = mnist::Model::build(experiment.model);
-  const mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, mnist::visible_gpus());
+  std::string why_no_gpu;
+  const auto gpus = mnist::visible_gpus(experiment.devices, &why_no_gpu);
+  const mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, gpus, why_no_gpu);
   if (dry_run) {
     std::cout << mnist::to_yaml(experiment) << "\n" << model.summary() << "\n"
               << "devices: " << devices.describe() << "\n";
@@ -96,7 +98,9 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
                   const mnist::BenchmarkOptions& options, const std::string& engines, bool json) {
   const mnist::Experiment experiment = mnist::load_experiment(config_path, overrides);
   const mnist::Model model = mnist::Model::build(experiment.model);
-  mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, mnist::visible_gpus());
+  std::string why_no_gpu;
+  const auto gpus = mnist::visible_gpus(experiment.devices, &why_no_gpu);
+  mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, gpus, why_no_gpu);
   std::vector<std::string> engine_list;
   if (devices.kind == mnist::DeviceKind::cpu) {
     engine_list = {"native"};

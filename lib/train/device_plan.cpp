@@ -10,15 +10,26 @@
 namespace mnist {
 
 namespace {
-std::string cuda_visible_devices() {
-  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  return v ? fmt::format("CUDA_VISIBLE_DEVICES={}", *v ? v : "(empty)") : "CUDA_VISIBLE_DEVICES unset";
-}
+std::string cuda_visible_devices() { return cuda_visible_devices_description(); }
 }  // namespace
 
-std::vector<GpuInfo> visible_gpus() { return list_gpus(); }
+std::vector<GpuInfo> visible_gpus(const DevicesConfig& config, std::string* why_none) {
+  if (config.backend == BackendChoice::cpu) return {};
+  // Only auto:N needs free memory, which needs a context on every GPU; otherwise the count
+  // suffices and no context is created on a GPU the run does not choose.
+  if (config.gpus_mode == "auto") {
+    std::vector<GpuInfo> gpus = list_gpus();
+    if (gpus.empty()) visible_gpu_count(why_none);
+    return gpus;
+  }
+  const int count = visible_gpu_count(why_none);
+  std::vector<GpuInfo> gpus(count);
+  for (int i = 0; i < count; ++i) gpus[i].ordinal = i;
+  return gpus;
+}
 
-DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible) {
+DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible,
+                        const std::string& why_none) {
   DevicePlan plan;
   plan.engine = config.engine;
   bool use_gpu = config.backend == BackendChoice::cuda;
@@ -26,9 +37,10 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
   if (use_gpu) {
     if (visible.empty())
       MNIST_THROW(RuntimeError,
-                  "devices.backend is cuda but no GPU is visible ({}; {}); use devices.backend: cpu "
-                  "or auto to train on the CPU",
-                  cuda_visible_devices(), cuda_versions());
+                  "devices.backend is cuda but no GPU can be used: {}; set devices.backend: cpu or "
+                  "auto to train on the CPU",
+                  why_none.empty() ? fmt::format("none visible ({}; {})", cuda_visible_devices(), cuda_versions())
+                                   : why_none);
     plan.kind = DeviceKind::cuda;
     const int count = static_cast<int>(visible.size());
     if (config.gpus_mode == "all") {
@@ -67,7 +79,7 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
                 config.engine);
   if (config.backend == BackendChoice::auto_select)
     plan.note = fmt::format("no GPU visible ({}): training on the CPU with {} worker{} x {} thread{}",
-                            cuda_visible_devices(), plan.cpu_workers, plan.cpu_workers == 1 ? "" : "s",
+                            why_none.empty() ? cuda_visible_devices() : why_none, plan.cpu_workers, plan.cpu_workers == 1 ? "" : "s",
                             plan.threads_per_worker, plan.threads_per_worker == 1 ? "" : "s");
   return plan;
 }
@@ -96,7 +108,11 @@ std::string DevicePlan::describe() const {
 std::string describe_visible_gpus() {
   const std::vector<GpuInfo> gpus = list_gpus();
   std::string out = fmt::format("{}; {}\n", cuda_visible_devices(), cuda_versions());
-  if (gpus.empty()) return out + "no GPU is visible to this process\n";
+  if (gpus.empty()) {
+    std::string why;
+    visible_gpu_count(&why);
+    return out + (why.empty() ? "no GPU is visible to this process" : why) + "\n";
+  }
   for (const GpuInfo& g : gpus)
     out += fmt::format("gpu{}: {} (sm_{}{}), PCI {}, {}, memory {:.1f} / {:.1f} GiB free\n", g.ordinal,
                        g.name, g.cc_major, g.cc_minor, g.pci_bus_id, g.uuid,

@@ -27,10 +27,14 @@ struct DevicePlan {
 
 // Throws ConfigError (a GPU that is not visible, auto:N with fewer than N) or RuntimeError
 // (backend cuda with no usable GPU), naming CUDA_VISIBLE_DEVICES.
-DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible);
+// `why_none`: why no GPU is visible (for the messages), when known.
+DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible,
+                        const std::string& why_none = "");
 
-// The GPUs this process can see (empty without CUDA, a driver, or a device).
-std::vector<GpuInfo> visible_gpus();
+// The GPUs this process can see for `config` (empty without CUDA, a driver, or a device, and for
+// backend cpu). Only gpus: auto:N reads free memory (creating a context on each GPU); otherwise
+// entries carry just their ordinal. `why_none` receives the reason when none is visible.
+std::vector<GpuInfo> visible_gpus(const DevicesConfig& config, std::string* why_none);
 // `mnist-train devices`: the GPU table, or why there is none.
 std::string describe_visible_gpus();
 

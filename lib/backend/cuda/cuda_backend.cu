@@ -1,18 +1,414 @@
-// Placeholder until the CUDA backend lands: the CUDA target must exist so CI proves it compiles.
+// CudaBackend: the Backend interface (backend/backend.hpp) on one CUDA device.
+//
+// It owns one device, one non-blocking stream, a cuBLAS handle (engines "cublas" and "cudnn"), a
+// cuDNN convolution engine (engine "cudnn", when built with cuDNN), and small scratch buffers made
+// once at construction (reduction partials, the all_finite flag), so no call allocates.
+// Every method first makes its device current: a backend may be built on one thread and driven by
+// a worker thread, and the current device is per thread.
+#include <cublas_v2.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "backend/backend.hpp"
+#include "backend/cuda/batch_norm.hpp"
+#include "backend/cuda/channel_reduce.cuh"
+#include "backend/cuda/conv2d.hpp"
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/dense.hpp"
+#include "backend/cuda/dropout.hpp"
+#include "backend/cuda/elementwise.hpp"
+#include "backend/cuda/gather_batch.hpp"
+#include "backend/cuda/max_pool.hpp"
+#include "backend/cuda/optimizer.hpp"
+#include "backend/cuda/relu.hpp"
+#include "backend/cuda/softmax_cross_entropy.hpp"
+#include "backend/cuda_devices.hpp"
+#include "build_info.hpp"
 #include "core/error.hpp"
 
-namespace mnist {
+#if MNIST_HAVE_CUDNN
+#include "backend/cuda/cudnn_conv2d.hpp"
+#endif
 
-std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, const BackendOptions&) {
-  MNIST_THROW(RuntimeError, "GPU {}: the CUDA backend is not implemented yet", device_ordinal);
+namespace mnist {
+namespace {
+
+constexpr std::size_t kReduceScratchEntries = 1 << 15;  // channels x chunks of channel_reduce.cuh
+
+enum class Engine { native, cublas, cudnn };
+
+Engine parse_engine(const std::string& name, int ordinal) {
+  if (name == "native") return Engine::native;
+  if (name == "cublas") return Engine::cublas;
+  if (name == "cudnn") {
+    if (!MNIST_HAVE_CUDNN) {
+      MNIST_THROW(RuntimeError,
+                  "GPU {}: engine 'cudnn' requested, but this mnist-train was built without cuDNN "
+                  "(MNIST_CUDNN=OFF or cuDNN not found at build time); use 'native' or 'cublas'",
+                  ordinal);
+    }
+    return Engine::cudnn;
+  }
+  MNIST_THROW(RuntimeError, "GPU {}: unknown engine '{}'; known: native, cublas, cudnn", ordinal,
+              name);
 }
 
-}  // namespace mnist
+// Names of the visible GPUs from their properties (no context is created on them).
+std::string visible_gpus_text(int count) {
+  std::string text;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    const bool ok = cudaGetDeviceProperties(&prop, i) == cudaSuccess;
+    text += fmt::format("{}{}: {}", i ? ", " : "", i, ok ? prop.name : "(properties unavailable)");
+  }
+  cudaGetLastError();
+  return text;
+}
 
-#include "backend/cuda_devices.hpp"
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int ordinal, const BackendOptions& options) : ordinal_(ordinal) {
+    std::string why_none;
+    const int count = visible_gpu_count(&why_none);
+    if (count == 0) {
+      MNIST_THROW(RuntimeError, "GPU {} requested (worker {}), but {}", ordinal,
+                  options.worker_index, why_none);
+    }
+    if (ordinal < 0 || ordinal >= count) {
+      MNIST_THROW(RuntimeError,
+                  "GPU {} requested (worker {}), but {} GPU{} visible ({}); ordinals count from 0 "
+                  "over the visible GPUs; {}; {}",
+                  ordinal, options.worker_index, count, count == 1 ? " is" : "s are",
+                  visible_gpus_text(count), cuda_versions(), cuda_visible_devices_description());
+    }
+    engine_ = parse_engine(options.engine, ordinal);
+    MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cudaDeviceProp prop{};
+    MNIST_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+    char bus[32] = {};
+    MNIST_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal_));
+    name_ = fmt::format("gpu{} ({}, {})", ordinal_, prop.name, bus);
+    MNIST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (engine_ != Engine::native) {
+      MNIST_CUBLAS_CHECK(cublasCreate(&cublas_));
+      MNIST_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+      // DEFAULT keeps FP32 products in FP32 (no TF32), so cuBLAS meets the same tolerances.
+      MNIST_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    }
+#if MNIST_HAVE_CUDNN
+    if (engine_ == Engine::cudnn) cudnn_ = std::make_unique<cuda::CudnnConv2d>(stream_);
+#endif
+    scratch_.partial = static_cast<double2*>(allocate(kReduceScratchEntries * sizeof(double2)));
+    scratch_.capacity = kReduceScratchEntries;
+    flag_device_ = static_cast<int*>(allocate(sizeof(int)));
+    MNIST_CUDA_CHECK(cudaMallocHost(&flag_host_, sizeof(int)));
+  }
 
-namespace mnist {
-std::vector<GpuInfo> list_gpus() { return {}; }
-std::string cuda_versions() { return "CUDA backend not implemented yet"; }
+  ~CudaBackend() override {
+    // Destructors never throw: errors here are ignored (the device may already be in a bad state).
+    cudaSetDevice(ordinal_);
+    if (stream_) cudaStreamSynchronize(stream_);
+#if MNIST_HAVE_CUDNN
+    cudnn_.reset();
+#endif
+    if (cublas_) cublasDestroy(cublas_);
+    if (scratch_.partial) cudaFree(scratch_.partial);
+    if (flag_device_) cudaFree(flag_device_);
+    if (flag_host_) cudaFreeHost(flag_host_);
+    if (stream_) cudaStreamDestroy(stream_);
+    cudaGetLastError();
+  }
+
+  DeviceKind kind() const override {
+    return DeviceKind::cuda;
+  }
+  std::string name() const override {
+    return name_;
+  }
+
+  // ---- memory ---------------------------------------------------------------------------------
+  void* allocate(std::size_t bytes) override {
+    activate();
+    void* ptr = nullptr;
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      std::size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      cudaGetLastError();
+      MNIST_THROW(RuntimeError,
+                  "{}: out of memory allocating {} bytes ({:.1f} MiB); {:.1f} MiB free of {:.1f} "
+                  "MiB (other processes on this GPU count too; see nvidia-smi)",
+                  name_, bytes, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0);
+    }
+    MNIST_CUDA_CHECK(status);
+    return ptr;
+  }
+  void release(void* ptr) noexcept override {
+    if (!ptr) return;
+    cudaSetDevice(ordinal_);
+    cudaFree(ptr);
+    cudaGetLastError();
+  }
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    activate();
+    // From pageable memory the runtime stages the source before returning, so `src` may be reused.
+    MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    activate();
+    MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_on_device(void* dst, const void* src, std::size_t bytes) override {
+    activate();
+    MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void fill(float* dst, std::size_t n, float value) override {
+    activate();
+    cuda::fill(stream_, dst, n, value);
+  }
+  void synchronize() override {
+    activate();
+    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  // ---- data -----------------------------------------------------------------------------------
+  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
+                    const int32_t* indices, int n, float* x, int32_t* y) override {
+    activate();
+    cuda::gather_batch(stream_, images, labels, pixels, indices, n, x, y);
+  }
+
+  // ---- convolution ----------------------------------------------------------------------------
+  std::size_t conv2d_workspace_floats(const Conv2dGeom& g) override {
+    activate();
+    std::size_t floats = cuda::conv2d_workspace_floats(g);  // also covers a native fallback
+#if MNIST_HAVE_CUDNN
+    if (use_cudnn(g)) floats = std::max(floats, cudnn_->workspace_floats(g));
+#endif
+    return std::max<std::size_t>(floats, 1);
+  }
+  void conv2d_forward(const Conv2dGeom& g, const float* x, const float* weight, const float* bias,
+                      float* y, float* workspace) override {
+    activate();
+#if MNIST_HAVE_CUDNN
+    if (use_cudnn(g)) return cudnn_->forward(g, x, weight, bias, y, workspace);
+#endif
+    (void)workspace;
+    cuda::conv2d_forward(stream_, g, x, weight, bias, y);
+  }
+  void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
+                            float* workspace) override {
+    activate();
+#if MNIST_HAVE_CUDNN
+    if (use_cudnn(g)) return cudnn_->backward_data(g, dy, weight, dx, workspace);
+#endif
+    (void)workspace;
+    cuda::conv2d_backward_data(stream_, g, dy, weight, dx);
+  }
+  void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy, float* dweight,
+                               float* dbias, float* workspace) override {
+    activate();
+#if MNIST_HAVE_CUDNN
+    if (use_cudnn(g)) return cudnn_->backward_weights(g, x, dy, dweight, dbias, workspace);
+#endif
+    cuda::conv2d_backward_weights(stream_, g, x, dy, dweight, dbias, workspace, scratch_);
+  }
+
+  // ---- max pooling ----------------------------------------------------------------------------
+  void max_pool_forward(const PoolGeom& g, const float* x, float* y, int32_t* argmax) override {
+    activate();
+    cuda::max_pool_forward(stream_, g, x, y, argmax);
+  }
+  void max_pool_backward(const PoolGeom& g, const float* dy, const int32_t* argmax,
+                         float* dx) override {
+    activate();
+    cuda::max_pool_backward(stream_, g, dy, argmax, dx);
+  }
+
+  // ---- relu -----------------------------------------------------------------------------------
+  void relu_forward(std::size_t n, const float* x, float* y) override {
+    activate();
+    cuda::relu_forward(stream_, n, x, y);
+  }
+  void relu_backward(std::size_t n, const float* y, const float* dy, float* dx) override {
+    activate();
+    cuda::relu_backward(stream_, n, y, dy, dx);
+  }
+
+  // ---- batch norm -----------------------------------------------------------------------------
+  // All engines use the hand-written kernels here: cuDNN's batch norm fuses statistics, update and
+  // normalisation in one call, which leaves no point to all-reduce the statistics in between (sync
+  // batch norm) and computes its own running averages.
+  void batch_norm_stats(const ChannelGeom& g, const float* x, float* sum, float* sumsq) override {
+    activate();
+    cuda::batch_norm_stats(stream_, g, x, sum, sumsq, scratch_);
+  }
+  void batch_norm_finalize(int c, double count, const float* sum, const float* sumsq, float epsilon,
+                           float decay, float* mean, float* invstd, float* running_mean,
+                           float* running_var) override {
+    activate();
+    cuda::batch_norm_finalize(stream_, c, count, sum, sumsq, epsilon, decay, mean, invstd,
+                              running_mean, running_var);
+  }
+  void batch_norm_inference_params(int c, const float* running_mean, const float* running_var,
+                                   float epsilon, float* mean, float* invstd) override {
+    activate();
+    cuda::batch_norm_inference_params(stream_, c, running_mean, running_var, epsilon, mean, invstd);
+  }
+  void batch_norm_apply(const ChannelGeom& g, const float* x, const float* mean,
+                        const float* invstd, const float* gamma, const float* beta,
+                        float* y) override {
+    activate();
+    cuda::batch_norm_apply(stream_, g, x, mean, invstd, gamma, beta, y);
+  }
+  void batch_norm_backward_reduce(const ChannelGeom& g, const float* dy, const float* x,
+                                  const float* mean, const float* invstd, float* sum_dy,
+                                  float* sum_dy_xhat) override {
+    activate();
+    cuda::batch_norm_backward_reduce(stream_, g, dy, x, mean, invstd, sum_dy, sum_dy_xhat,
+                                     scratch_);
+  }
+  void batch_norm_backward_apply(const ChannelGeom& g, const float* dy, const float* x,
+                                 const float* mean, const float* invstd, const float* gamma,
+                                 const float* sum_dy, const float* sum_dy_xhat, double count,
+                                 float* dx) override {
+    activate();
+    cuda::batch_norm_backward_apply(stream_, g, dy, x, mean, invstd, gamma, sum_dy, sum_dy_xhat,
+                                    count, dx);
+  }
+
+  // ---- dense ----------------------------------------------------------------------------------
+  // cuBLAS is column-major: a row-major [rows, cols] matrix is its column-major transpose, so each
+  // product below is written for the transposes (y^T = W x^T, dx^T = W^T dy^T, dW^T = x^T dy).
+  void dense_forward(int n, int in, int out, const float* x, const float* weight, const float* bias,
+                     float* y) override {
+    activate();
+    if (engine_ == Engine::native || n == 0 || out == 0) {
+      return cuda::dense_forward(stream_, n, in, out, x, weight, bias, y);
+    }
+    float beta = 0.0f;  // beta = 0: cuBLAS does not read y (it may hold NaN)
+    if (bias) {
+      cuda::broadcast_rows(stream_, n, out, bias, y);
+      beta = 1.0f;
+    }
+    const float one = 1.0f;
+    MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, weight, in,
+                                   x, in, &beta, y, out));
+    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_forward)");
+  }
+  void dense_backward_data(int n, int in, int out, const float* dy, const float* weight,
+                           float* dx) override {
+    activate();
+    if (engine_ == Engine::native || n == 0 || in == 0) {
+      return cuda::dense_backward_data(stream_, n, in, out, dy, weight, dx);
+    }
+    const float one = 1.0f, zero = 0.0f;
+    MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, weight, in,
+                                   dy, out, &zero, dx, in));
+    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_data)");
+  }
+  void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
+                              float* dweight, float* dbias) override {
+    activate();
+    if (engine_ == Engine::native || in == 0 || out == 0) {
+      return cuda::dense_backward_weights(stream_, n, in, out, x, dy, dweight, dbias, scratch_);
+    }
+    const float one = 1.0f, zero = 0.0f;
+    // k = n = 0 with beta = 0 gives zeros, as the contract (an empty sum) wants.
+    MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
+                                   out, &zero, dweight, in));
+    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_weights)");
+    if (dbias) cuda::dense_backward_bias(stream_, n, out, dy, dbias, scratch_);
+  }
+
+  // ---- dropout --------------------------------------------------------------------------------
+  void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
+                       uint32_t first_sample, const float* x, float* y) override {
+    activate();
+    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, first_sample, x, y);
+  }
+  void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
+                        uint32_t first_sample, const float* dy, float* dx) override {
+    activate();
+    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, first_sample, dy, dx);
+  }
+
+  // ---- loss -----------------------------------------------------------------------------------
+  void softmax_cross_entropy(int n, int k, const float* logits, const int32_t* labels,
+                             float grad_scale, float* dlogits, float* metrics) override {
+    activate();
+    cuda::softmax_cross_entropy(stream_, n, k, logits, labels, grad_scale, dlogits, metrics);
+  }
+
+  // ---- optimizers -----------------------------------------------------------------------------
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
+                   const float* grads, float* m, float* v) override {
+    activate();
+    MNIST_CHECK(n_decay <= n, "{}: adam_update with n_decay {} > n {}", name_, n_decay, n);
+    MNIST_CHECK(s.step >= 1, "{}: adam_update needs a 1-based step, got {}", name_, s.step);
+    cuda::adam_update(stream_, n, n_decay, s, params, grads, m, v);
+  }
+  void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
+                  const float* grads, float* velocity) override {
+    activate();
+    MNIST_CHECK(n_decay <= n, "{}: sgd_update with n_decay {} > n {}", name_, n_decay, n);
+    cuda::sgd_update(stream_, n, n_decay, s, params, grads, velocity);
+  }
+
+  // ---- helpers --------------------------------------------------------------------------------
+  void scale(std::size_t n, float alpha, float* x) override {
+    activate();
+    cuda::scale(stream_, n, alpha, x);
+  }
+  void add(std::size_t n, const float* x, float* y) override {
+    activate();
+    cuda::add(stream_, n, x, y);
+  }
+  bool all_finite(std::size_t n, const float* x) override {
+    activate();
+    *flag_host_ = 1;
+    MNIST_CUDA_CHECK(
+        cudaMemcpyAsync(flag_device_, flag_host_, sizeof(int), cudaMemcpyHostToDevice, stream_));
+    cuda::all_finite(stream_, n, x, flag_device_);
+    MNIST_CUDA_CHECK(
+        cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return *flag_host_ != 0;
+  }
+
+ private:
+  void activate() {
+    MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
+  }
+
+#if MNIST_HAVE_CUDNN
+  bool use_cudnn(const Conv2dGeom& g) {
+    return engine_ == Engine::cudnn && cudnn_->supports(g);
+  }
+#endif
+
+  int ordinal_;
+  Engine engine_ = Engine::native;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+#if MNIST_HAVE_CUDNN
+  std::unique_ptr<cuda::CudnnConv2d> cudnn_;
+#endif
+  cuda::ReduceScratch scratch_;
+  int* flag_device_ = nullptr;
+  int* flag_host_ = nullptr;  // pinned, so the flag's copy back is a true async copy
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(device_ordinal, options);
+}
+
 }  // namespace mnist

@@ -1,0 +1,66 @@
+// Dropout: one grid-stride loop over n * per_sample elements; each element draws its own Philox
+// block from (step, global sample, element), so the mask is independent of the launch shape, of the
+// device and of how the batch was split between workers. Forward and backward regenerate the same
+// mask instead of storing it.
+#include "backend/cuda/dropout.hpp"
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/launch.cuh"
+
+namespace mnist::cuda {
+namespace {
+
+__device__ __forceinline__ bool keep_element(RngKey key, uint32_t step, uint32_t sample,
+                                             uint32_t element, float rate) {
+  return uniform01(philox4x32(step, sample, element, 0u, key.k0, key.k1).v[0]) >= rate;
+}
+
+// Forward and backward are the same masked scaling; two kernels keep the <op>_<direction> names.
+__global__ void dropout_forward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
+                                       uint32_t step, uint32_t first_sample, const float* x,
+                                       float* y) {
+  const std::size_t total = static_cast<std::size_t>(n) * per_sample;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const uint32_t row = static_cast<uint32_t>(i / per_sample);
+    const uint32_t element = static_cast<uint32_t>(i % per_sample);
+    y[i] = keep_element(key, step, first_sample + row, element, rate) ? x[i] * scale : 0.0f;
+  }
+}
+
+__global__ void dropout_backward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
+                                        uint32_t step, uint32_t first_sample, const float* dy,
+                                        float* dx) {
+  const std::size_t total = static_cast<std::size_t>(n) * per_sample;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const uint32_t row = static_cast<uint32_t>(i / per_sample);
+    const uint32_t element = static_cast<uint32_t>(i % per_sample);
+    dx[i] = keep_element(key, step, first_sample + row, element, rate) ? dy[i] * scale : 0.0f;
+  }
+}
+
+// rate = 1 drops everything; the scale is then never used, so keep it finite.
+float keep_scale(float rate) {
+  return rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+}
+
+}  // namespace
+
+void dropout_forward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
+                     uint32_t step, uint32_t first_sample, const float* x, float* y) {
+  const std::size_t total = static_cast<std::size_t>(n) * per_sample;
+  dropout_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(
+      n, per_sample, rate, keep_scale(rate), key, step, first_sample, x, y);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "dropout_forward_kernel");
+}
+
+void dropout_backward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
+                      uint32_t step, uint32_t first_sample, const float* dy, float* dx) {
+  const std::size_t total = static_cast<std::size_t>(n) * per_sample;
+  dropout_backward_kernel<<<grid_for(total), kThreads, 0, stream>>>(
+      n, per_sample, rate, keep_scale(rate), key, step, first_sample, dy, dx);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "dropout_backward_kernel");
+}
+
+}  // namespace mnist::cuda

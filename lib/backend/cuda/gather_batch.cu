@@ -1,0 +1,35 @@
+// gather_batch: grid-stride over n * pixels output values; consecutive threads read consecutive
+// bytes of one image, so the loads of a warp are coalesced. The thread that handles pixel 0 of a
+// row also writes that row's label.
+#include "backend/cuda/gather_batch.hpp"
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/launch.cuh"
+
+namespace mnist::cuda {
+namespace {
+
+__global__ void gather_batch_forward_kernel(const uint8_t* images, const uint8_t* labels,
+                                            int pixels, const int32_t* indices, int n, float* x,
+                                            int32_t* y) {
+  const std::size_t total = static_cast<std::size_t>(n) * pixels;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t row = i / pixels, p = i % pixels;
+    const std::size_t image = static_cast<std::size_t>(indices[row]);
+    x[i] = static_cast<float>(images[image * pixels + p]) / 255.0f;
+    if (p == 0) y[row] = labels[image];
+  }
+}
+
+}  // namespace
+
+void gather_batch(cudaStream_t stream, const uint8_t* images, const uint8_t* labels, int pixels,
+                  const int32_t* indices, int n, float* x, int32_t* y) {
+  const std::size_t total = static_cast<std::size_t>(n) * pixels;
+  gather_batch_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(images, labels, pixels,
+                                                                        indices, n, x, y);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "gather_batch_forward_kernel");
+}
+
+}  // namespace mnist::cuda

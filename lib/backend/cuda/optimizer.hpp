@@ -1,0 +1,23 @@
+#pragma once
+// Optimizer updates over the flat parameter buffer: one kernel each, elementwise.
+// params, grads, m, v, velocity: [n]; elements [0, n_decay) are weights and receive weight decay.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "backend/geometry.hpp"
+
+namespace mnist::cuda {
+
+// g' = g + l2 * p (i < n_decay); m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+// p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps); then p -= lr * wd * p_old (i <
+// n_decay). Updates params, m, v in place.
+void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                 float* params, const float* grads, float* m, float* v);
+// g' = g + l2 * p (i < n_decay); vel = mu vel + g'; p -= lr * vel, or with Nesterov
+// p -= lr * (g' + mu vel); then p -= lr * wd * p_old (i < n_decay). Updates params, velocity.
+void sgd_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                float* params, const float* grads, float* velocity);
+
+}  // namespace mnist::cuda
