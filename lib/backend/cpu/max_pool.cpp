@@ -29,11 +29,19 @@ void max_pool_forward(const PoolGeom& g, const T* x, T* y, int32_t* argmax, int 
         const T* r0 = xp + 2 * oy * g.w;
         const T* r1 = r0 + g.w;
         for (int ox = 0; ox < g.out_w; ++ox) {
-          int32_t best = 2 * oy * g.w + 2 * ox;
+          // Selects instead of branches: which pixel wins is data-dependent and mispredicts.
+          const int32_t i0 = 2 * oy * g.w + 2 * ox;
+          int32_t best = i0;
           T v = r0[2 * ox];
-          if (r0[2 * ox + 1] > v) v = r0[2 * ox + 1], best = 2 * oy * g.w + 2 * ox + 1;
-          if (r1[2 * ox] > v) v = r1[2 * ox], best = (2 * oy + 1) * g.w + 2 * ox;
-          if (r1[2 * ox + 1] > v) v = r1[2 * ox + 1], best = (2 * oy + 1) * g.w + 2 * ox + 1;
+          bool c = r0[2 * ox + 1] > v;
+          v = c ? r0[2 * ox + 1] : v;
+          best = c ? i0 + 1 : best;
+          c = r1[2 * ox] > v;
+          v = c ? r1[2 * ox] : v;
+          best = c ? i0 + g.w : best;
+          c = r1[2 * ox + 1] > v;
+          v = c ? r1[2 * ox + 1] : v;
+          best = c ? i0 + g.w + 1 : best;
           yp[oy * g.out_w + ox] = v;
           ap[oy * g.out_w + ox] = best;
         }
