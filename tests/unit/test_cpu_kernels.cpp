@@ -572,9 +572,8 @@ TEST_CASE("adam matches hand-computed values for three steps", "[cpu]") {
 }
 
 TEST_CASE("adam adds epsilon to sqrt(v_hat), not to sqrt(v)", "[cpu]") {
-  // With eps = 1 the two forms differ: step 1 has m_hat = g, sqrt(v_hat) = |g|, so
-  // p = 1 - lr * 0.5 / (0.5 + 1); eps on sqrt(v) would give 1 - 0.1 * sqrt(1e-3)/0.1 * 0.05 /
-  // (0.0158 + 1).
+  // With eps = 1 the forms differ. Step 1 has m_hat = g and sqrt(v_hat) = |g|, so this form gives
+  // p = 1 - lr * 0.5 / (0.5 + 1); adding eps to sqrt(v) instead would move p by about lr * 0.016.
   std::vector<double> p = {1.0}, m = {0.0}, v = {0.0};
   const std::vector<double> g = {0.5};
   OptimizerStep s;
@@ -690,4 +689,53 @@ TEST_CASE("elementwise helpers: fill, scale, add, all_finite", "[cpu]") {
   y[5] = std::numeric_limits<float>::quiet_NaN();
   CHECK_FALSE(cpu::all_finite(n, y.data(), 2));
   CHECK_FALSE(cpu::all_finite(7, y.data(), 1));
+}
+
+TEST_CASE("pool, dropout, softmax cross-entropy and adam in float agree with double", "[cpu]") {
+  const PoolGeom g = pool_geom(3, 4, 9, 8, 2, 2, 2, 2, 0, 0);
+  const std::size_t nx = std::size_t(g.n) * g.c * g.h * g.w;
+  const std::size_t ny = std::size_t(g.n) * g.c * g.out_h * g.out_w;
+  const auto x = random_values(nx, 200, -1, 1);
+  const auto xf = cast_to<float>(x);
+  std::vector<double> y(ny);
+  std::vector<float> yf(ny);
+  std::vector<int32_t> a(ny), af(ny);
+  cpu::max_pool_forward(g, x.data(), y.data(), a.data(), 2);
+  cpu::max_pool_forward(g, xf.data(), yf.data(), af.data(), 2);
+  CHECK(a == af);
+  check_close(yf, y, 0, 1e-7, "max_pool y");
+
+  const RngKey key = make_rng_key(5, 5);
+  std::vector<double> d(nx);
+  std::vector<float> df(nx);
+  cpu::dropout_forward(g.n, int(nx / g.n), 0.3f, key, 2, 10, x.data(), d.data(), 2);
+  cpu::dropout_forward(g.n, int(nx / g.n), 0.3f, key, 2, 10, xf.data(), df.data(), 2);
+  check_close(df, d, 0, 1e-6, "dropout y");  // same mask: zeros match exactly
+
+  const int n = 33, k = 10;
+  const auto logits = random_values(n * k, 201, -4, 4);
+  const auto lf = cast_to<float>(logits);
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = (i * 7) % k;
+  std::vector<double> m(3, 0.0), dl(n * k);
+  std::vector<float> mf(3, 0.0f), dlf(n * k);
+  cpu::softmax_cross_entropy(n, k, logits.data(), labels.data(), 0.5f, dl.data(), m.data(), 2);
+  cpu::softmax_cross_entropy(n, k, lf.data(), labels.data(), 0.5f, dlf.data(), mf.data(), 2);
+  check_close(mf, m, 0, 1e-6, "softmax metrics");
+  check_close(dlf, dl, 1e-7, 1e-5, "softmax dlogits");
+
+  const auto p0 = random_values(50, 202, -1, 1), gr = random_values(50, 203, -1, 1);
+  auto p = p0;
+  auto pf = cast_to<float>(p0);
+  std::vector<double> m1(50, 0.0), v1(50, 0.0);
+  std::vector<float> m1f(50, 0.0f), v1f(50, 0.0f);
+  const auto grf = cast_to<float>(gr);
+  OptimizerStep s;
+  s.l2 = 0.01f;
+  for (int t = 1; t <= 3; ++t) {
+    s.step = t;
+    cpu::adam_update(50, 20, s, p.data(), gr.data(), m1.data(), v1.data(), 2);
+    cpu::adam_update(50, 20, s, pf.data(), grf.data(), m1f.data(), v1f.data(), 2);
+  }
+  check_close(pf, p, 1e-6, 1e-6, "adam params");
 }
