@@ -89,7 +89,12 @@ void col2im(const Conv2dGeom& g, const T* col, T* dx) {
           const T* row = col + oy * g.out_w;
           T* dst = plane + static_cast<std::size_t>(oy * g.stride_h - g.pad_h + i) * g.w +
                    (ox_lo * g.stride_w - g.pad_w + j);
-          for (int ox = ox_lo; ox < ox_hi; ++ox) dst[(ox - ox_lo) * g.stride_w] += row[ox];
+          if (g.stride_w == 1) {
+            // Contiguous: a separate loop lets the compiler vectorise the common case.
+            for (int ox = ox_lo; ox < ox_hi; ++ox) dst[ox - ox_lo] += row[ox];
+          } else {
+            for (int ox = ox_lo; ox < ox_hi; ++ox) dst[(ox - ox_lo) * g.stride_w] += row[ox];
+          }
         }
       }
     }

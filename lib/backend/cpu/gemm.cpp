@@ -69,6 +69,8 @@ void gemm_portable(bool trans_a, bool trans_b, int m, int n, int k, T alpha, con
       T sum = 0;
       if (!trans_a) {
         const T* ai = a + static_cast<long>(i) * lda;
+        // Reassociating the dot product lets it vectorise (a serial chain was 4x slower).
+#pragma omp simd reduction(+ : sum)
         for (int p = 0; p < k; ++p) sum += ai[p] * bj[p];
       } else {
         for (int p = 0; p < k; ++p) sum += a[static_cast<long>(p) * lda + i] * bj[p];

@@ -1,0 +1,126 @@
+// CpuBackend through the Backend interface: construction rules, memory, and a few kernels.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "backend/backend.hpp"
+#include "backend/cpu/conv2d.hpp"
+#include "core/error.hpp"
+#include "support/gradcheck.hpp"
+
+using namespace mnist;
+using namespace mnist::test;
+
+namespace {
+std::unique_ptr<Backend> cpu_backend(int index = 0, int threads = 2) {
+  BackendOptions o;
+  o.worker_index = index;
+  o.threads = threads;
+  return make_cpu_backend(o);
+}
+}  // namespace
+
+TEST_CASE("make_cpu_backend: name, kind, and only the native engine", "[cpu]") {
+  const auto b = cpu_backend(3);
+  CHECK(b->name() == "cpu3");
+  CHECK(b->kind() == DeviceKind::cpu);
+  BackendOptions o;
+  o.engine = "cudnn";
+  CHECK_THROWS_AS(make_cpu_backend(o), RuntimeError);
+  CHECK_THROWS_WITH(make_cpu_backend(o),
+                    Catch::Contains("'cudnn'") && Catch::Contains("allowed: native"));
+  o.engine = "native";
+  o.threads = -1;
+  CHECK_THROWS_WITH(make_cpu_backend(o), Catch::Contains("threads = -1"));
+}
+
+TEST_CASE("CpuBackend memory: 64-byte aligned, copies, and a failure naming the size", "[cpu]") {
+  const auto b = cpu_backend();
+  DeviceBuffer<float> a(*b, 13), c(*b, 13);
+  CHECK(reinterpret_cast<std::uintptr_t>(a.data()) % 64 == 0);
+  std::vector<float> host(13), back(13, -1);
+  for (int i = 0; i < 13; ++i) host[i] = i * 0.5f;
+  b->copy_to_device(a.data(), host.data(), a.bytes());
+  b->copy_on_device(c.data(), a.data(), a.bytes());
+  b->scale(13, 2.0f, c.data());
+  b->copy_to_host(back.data(), c.data(), c.bytes());
+  for (int i = 0; i < 13; ++i) CHECK(back[i] == i * 1.0f);
+  const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
+  CHECK_THROWS_AS(b->allocate(huge), RuntimeError);
+  CHECK_THROWS_WITH(b->allocate(huge),
+                    Catch::Contains("cpu0") && Catch::Contains(std::to_string(huge) + " bytes"));
+}
+
+TEST_CASE("CpuBackend dense and softmax forward give hand-computed values", "[cpu]") {
+  const auto b = cpu_backend();
+  // x = [1, 2], weight = [[1, 0], [0, 1], [1, 1]], bias = [0.5, 0, -1] -> y = [1.5, 2, 2].
+  const std::vector<float> x = {1, 2}, w = {1, 0, 0, 1, 1, 1}, bias = {0.5f, 0, -1};
+  std::vector<float> y(3, NAN);
+  b->dense_forward(1, 2, 3, x.data(), w.data(), bias.data(), y.data());
+  CHECK(y == std::vector<float>{1.5f, 2, 2});
+  // Label 1 is the first of the tied maxima: correct; loss = log(e^-0.5 + 1 + 1).
+  const std::vector<int32_t> label = {1};
+  std::vector<float> metrics(3, 0.0f), dlogits(3, NAN);
+  b->softmax_cross_entropy(1, 3, y.data(), label.data(), 1.0f, dlogits.data(), metrics.data());
+  CHECK(metrics[kLossSum] == Approx(std::log(std::exp(-0.5) + 2.0)).epsilon(1e-6));
+  CHECK(metrics[kCorrect] == 1.0f);
+  CHECK(metrics[kSamples] == 1.0f);
+  const double denom = std::exp(-0.5) + 2.0;
+  CHECK(dlogits[0] == Approx(std::exp(-0.5) / denom).epsilon(1e-6));
+  CHECK(dlogits[1] == Approx(1 / denom - 1).epsilon(1e-6));
+}
+
+TEST_CASE("CpuBackend conv2d forward equals the cpu kernel, with any thread count", "[cpu]") {
+  Conv2dGeom g;
+  g.n = 5, g.c = 1, g.h = 28, g.w = 28, g.k = 6, g.kh = 5, g.kw = 5, g.pad_h = 2, g.pad_w = 2;
+  g.out_h = 28, g.out_w = 28;
+  const auto x = cast_to<float>(random_values(5 * 784, 1, 0, 1));
+  const auto w = cast_to<float>(random_values(150, 2, -0.1, 0.1));
+  const auto bias = cast_to<float>(random_values(6, 3, -0.1, 0.1));
+  std::vector<float> ref(5 * 6 * 784);
+  std::vector<float> work1(cpu::conv2d_workspace_floats(g, 1));
+  cpu::conv2d_forward(g, x.data(), w.data(), bias.data(), ref.data(), work1.data(), 1);
+  // A direct sum at one interior and one border position guards the reference itself.
+  for (int pos : {0, 14 * 28 + 9}) {
+    const int oy = pos / 28, ox = pos % 28;
+    double want = bias[4];
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 5; ++j) {
+        const int iy = oy + i - 2, ix = ox + j - 2;
+        if (iy >= 0 && iy < 28 && ix >= 0 && ix < 28)
+          want += w[100 + i * 5 + j] * x[3 * 784 + iy * 28 + ix];
+      }
+    CHECK(ref[(3 * 6 + 4) * 784 + pos] == Approx(want).epsilon(1e-5));
+  }
+  for (int threads : {1, 2, 4}) {
+    const auto b = cpu_backend(0, threads);
+    std::vector<float> work(b->conv2d_workspace_floats(g), NAN), y(ref.size(), NAN);
+    b->conv2d_forward(g, x.data(), w.data(), bias.data(), y.data(), work.data());
+    INFO("threads " << threads);
+    CHECK(y == ref);  // each sample is computed the same way whatever the split
+  }
+}
+
+TEST_CASE("CpuBackends in parallel worker threads give the same results", "[cpu]") {
+  const int n = 64, in = 588, out = 100;
+  const auto x = cast_to<float>(random_values(n * in, 5, -1, 1));
+  const auto w = cast_to<float>(random_values(out * in, 6, -0.1, 0.1));
+  std::vector<float> ref(n * out);
+  cpu_backend()->dense_forward(n, in, out, x.data(), w.data(), nullptr, ref.data());
+  std::vector<std::vector<float>> ys(3, std::vector<float>(n * out, NAN));
+  std::vector<std::thread> workers;
+  for (int k = 0; k < 3; ++k) {
+    workers.emplace_back([&, k] {
+      const auto b = cpu_backend(k, 2);
+      for (int rep = 0; rep < 20; ++rep)
+        b->dense_forward(n, in, out, x.data(), w.data(), nullptr, ys[k].data());
+    });
+  }
+  for (auto& t : workers) t.join();
+  for (int k = 0; k < 3; ++k) CHECK(ys[k] == ref);
+}
