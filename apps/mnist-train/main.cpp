@@ -66,8 +66,8 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   const mnist::Experiment experiment = mnist::load_experiment(config_path, all);
   const mnist::Model model = mnist::Model::build(experiment.model);
   std::string why_no_gpu;
-  const auto gpus = mnist::visible_gpus(experiment.devices, &why_no_gpu);
-  const mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, gpus, why_no_gpu);
+  const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
+  const mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
   if (dry_run) {
     std::cout << mnist::to_yaml(experiment) << "\n" << model.summary() << "\n"
               << "devices: " << devices.describe() << "\n";
@@ -99,8 +99,8 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   const mnist::Experiment experiment = mnist::load_experiment(config_path, overrides);
   const mnist::Model model = mnist::Model::build(experiment.model);
   std::string why_no_gpu;
-  const auto gpus = mnist::visible_gpus(experiment.devices, &why_no_gpu);
-  mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, gpus, why_no_gpu);
+  const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
+  mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
   std::vector<std::string> engine_list;
   if (devices.kind == mnist::DeviceKind::cpu) {
     engine_list = {"native"};

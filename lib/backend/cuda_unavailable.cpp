@@ -29,7 +29,7 @@ std::vector<GpuInfo> list_gpus() {
 }
 
 std::string cuda_versions() {
-  return "CUDA not built";
+  return "built without CUDA";
 }
 
 std::string cuda_visible_devices_description() {

@@ -1,0 +1,132 @@
+// The command line as users meet it: exit codes, messages, --dry-run and --version, run directory.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs the real binary with `args` (a shell-quoted string) from the source directory.
+Result run_cli(const std::string& args) {
+  const std::string command =
+      "cd '" MNIST_SOURCE_DIR "' && '" MNIST_TRAIN_BIN "' " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / ("mnist-train-cli-" + name);
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+}  // namespace
+
+TEST_CASE("--dry-run validates, prints the layer table and exits 0", "[cli]") {
+  const Result r = run_cli("--config configs/seed_single_gpu.yaml --dry-run");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("trainable parameters: 61878") != std::string::npos);
+  CHECK(r.output.find("6x28x28") != std::string::npos);
+  CHECK(r.output.find("model:") != std::string::npos);  // the resolved config comes first
+  const Result scaled = run_cli("--config configs/seed_single_gpu.yaml --dry-run --set model.batch_norm.scale=true");
+  CHECK(scaled.output.find("trainable parameters: 61996") != std::string::npos);
+}
+
+TEST_CASE("a missing config file is a usage error (exit 2) naming the file", "[cli]") {
+  const Result r = run_cli("--config configs/does_not_exist.yaml");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("does_not_exist.yaml") != std::string::npos);
+}
+
+TEST_CASE("a bad key is a config error (exit 2) with its path, line and a hint", "[cli]") {
+  const std::string path = temp_file("bad-key.yaml", R"(name: bad-key
+model:
+  layers:
+    - flatten: {}
+    - dense: {units: 10}
+train: {steps: 1, batch_per_device: 4, log_evrey: 3}
+)");
+  const Result r = run_cli("--config " + path + " --dry-run");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("train.log_evrey") != std::string::npos);
+  CHECK(r.output.find(":6:") != std::string::npos);
+  CHECK(r.output.find("did you mean") != std::string::npos);
+}
+
+TEST_CASE("a bad --set override and bad flags exit 2", "[cli]") {
+  Result r = run_cli("--config configs/seed_single_gpu.yaml --dry-run --set train.steps=-3");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("train.steps") != std::string::npos);
+  r = run_cli("--config configs/seed_single_gpu.yaml --no-such-flag");
+  CHECK(r.code == 2);
+  r = run_cli("--config configs/seed_single_gpu.yaml --log-level loud --dry-run");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--log-level") != std::string::npos);
+}
+
+TEST_CASE("missing data files are a data error (exit 2) that says how to fetch them", "[cli]") {
+  const Result r = run_cli("--config configs/seed_single_gpu.yaml --set data.dir=/nonexistent/mnist");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("/nonexistent/mnist") != std::string::npos);
+  CHECK(r.output.find("fetch_data.sh") != std::string::npos);
+}
+
+TEST_CASE("--version names the version and every optional part", "[cli]") {
+  const Result r = run_cli("--version");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  for (const char* part : {"mnist-train 0.", "CUDA:", "cuDNN:", "NCCL:", "MPI:", "CPU BLAS:"})
+    CHECK(r.output.find(part) != std::string::npos);
+}
+
+TEST_CASE("a short CPU run writes the run directory and exits 0", "[cli]") {
+  const auto dir = std::filesystem::temp_directory_path() / "mnist-train-cli-run";
+  std::filesystem::remove_all(dir);
+  const Result r = run_cli(
+      "--config configs/cpu_quickstart.yaml --set train.steps=4 --set train.log_every=2 "
+      "--set output.dir=" + dir.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("step 2/4") != std::string::npos);
+  CHECK(std::filesystem::exists(dir / "config.yaml"));
+  CHECK(std::filesystem::exists(dir / "summary.json"));
+  std::ifstream metrics(dir / "metrics.jsonl");
+  std::string line;
+  int train_lines = 0, eval_lines = 0;
+  while (std::getline(metrics, line)) {
+    train_lines += line.find("\"type\":\"train\"") != std::string::npos;
+    eval_lines += line.find("\"type\":\"eval\"") != std::string::npos;
+  }
+  CHECK(train_lines == 2);
+  CHECK(eval_lines == 1);
+}
+
+TEST_CASE("--log-format seed prints the seed's Step:N:loss acc lines", "[cli]") {
+  const auto dir = std::filesystem::temp_directory_path() / "mnist-train-cli-seed";
+  const Result r = run_cli(
+      "--config configs/cpu_quickstart.yaml --set train.steps=2 --set train.log_every=1 "
+      "--log-format seed --set output.dir=" + dir.string());
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("Step:1:") != std::string::npos);
+  CHECK(r.output.find("Testing Accuracy:") != std::string::npos);
+}
