@@ -1,0 +1,85 @@
+// Device selection rules, tested with injected GPU lists (no GPU needed).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "core/error.hpp"
+#include "train/device_plan.hpp"
+
+using namespace mnist;
+
+namespace {
+std::vector<GpuInfo> gpus(std::vector<std::size_t> free_gib) {
+  std::vector<GpuInfo> list;
+  for (std::size_t i = 0; i < free_gib.size(); ++i) {
+    GpuInfo g;
+    g.ordinal = static_cast<int>(i);
+    g.name = "Test GPU";
+    g.free_bytes = free_gib[i] << 30;
+    g.total_bytes = std::size_t{80} << 30;
+    list.push_back(g);
+  }
+  return list;
+}
+DevicesConfig config(BackendChoice backend, const std::string& mode, std::vector<int> list = {},
+                     int auto_count = 0) {
+  DevicesConfig c;
+  c.backend = backend;
+  c.gpus_mode = mode;
+  c.gpu_list = std::move(list);
+  c.gpus_auto_count = auto_count;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("auto uses every visible GPU, or the CPU with a note when there is none", "[devices]") {
+  const DevicePlan two = plan_devices(config(BackendChoice::auto_select, "all"), gpus({10, 20}));
+  CHECK(two.kind == DeviceKind::cuda);
+  CHECK(two.gpus == std::vector<int>{0, 1});
+  CHECK(two.workers() == 2);
+  DevicesConfig cpu = config(BackendChoice::auto_select, "all");
+  cpu.cpu_workers = 3;
+  const DevicePlan none = plan_devices(cpu, {}, "no CUDA GPU can be used: no driver");
+  CHECK(none.kind == DeviceKind::cpu);
+  CHECK(none.workers() == 3);
+  CHECK(none.note.find("no driver") != std::string::npos);
+  CHECK(none.note.find("training on the CPU") != std::string::npos);
+}
+
+TEST_CASE("an explicit GPU list is checked against what is visible", "[devices]") {
+  const DevicePlan p = plan_devices(config(BackendChoice::cuda, "list", {1, 0}), gpus({1, 1}));
+  CHECK(p.gpus == std::vector<int>{1, 0});
+  const DevicePlan shared = plan_devices(config(BackendChoice::cuda, "list", {0, 0}), gpus({1}));
+  CHECK(shared.workers() == 2);  // two workers sharing one GPU
+  ::setenv("CUDA_VISIBLE_DEVICES", "2,3", 1);
+  REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})), ConfigError);
+  REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})),
+                      Catch::Contains("devices.gpus[1]") && Catch::Contains("GPU 2 is not visible") &&
+                          Catch::Contains("2 GPUs are visible") &&
+                          Catch::Contains("CUDA_VISIBLE_DEVICES=2,3"));
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+TEST_CASE("auto:N takes the GPUs with the most free memory and refuses too few", "[devices]") {
+  const DevicePlan p = plan_devices(config(BackendChoice::auto_select, "auto", {}, 2), gpus({5, 70, 3, 40}));
+  CHECK(p.gpus == std::vector<int>{1, 3});
+  REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "auto", {}, 3), gpus({5, 70})),
+                      Catch::Contains("auto:3") && Catch::Contains("2 visible"));
+}
+
+TEST_CASE("backend cuda with no GPU is an error that says why", "[devices]") {
+  REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "all"), {}, "no driver loaded"), RuntimeError);
+  REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "all"), {}, "no driver loaded"),
+                      Catch::Contains("no driver loaded") && Catch::Contains("devices.backend"));
+}
+
+TEST_CASE("CPU threads are split between workers", "[devices]") {
+  DevicesConfig c = config(BackendChoice::cpu, "all");
+  c.cpu_workers = 2;
+  c.threads = 8;
+  const DevicePlan p = plan_devices(c, gpus({10}));  // backend cpu ignores visible GPUs
+  CHECK(p.kind == DeviceKind::cpu);
+  CHECK(p.threads_per_worker == 4);
+  c.engine = "cudnn";
+  REQUIRE_THROWS_WITH(plan_devices(c, {}), Catch::Contains("devices.engine"));
+}
