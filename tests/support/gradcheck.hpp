@@ -1,7 +1,7 @@
 #pragma once
 // Finite-difference gradient checks and deterministic test data for kernel tests.
 //
-// House rule (STYLE.md): in double, central differences with step 1e-5 and tolerance
+// House rule: in double, central differences with step 1e-5 and tolerance
 // 1e-6 * max(1, |g|) where g is the numeric gradient.
 
 #include <algorithm>
