@@ -338,7 +338,9 @@ void Trainer::worker_main(int k) {
           be.copy_to_host(sh.state.data(), replica.state(), sh.state.size() * sizeof(float));
         }
       }
-      be.synchronize();
+      // A training step stays queued on the device (no host round trip) unless its metrics
+      // were read; every other job completes before the coordinator moves on.
+      if (job != kTrain) be.synchronize();
       finish_job();
     }
     self.phase = static_cast<int>(Phase::idle);
