@@ -439,12 +439,22 @@ TrainSummary Trainer::run(RunObserver& observer) {
     }
     if (tc.eval_every > 0 && next_step_ % tc.eval_every == 0 && next_step_ < plan_.steps)
       observer.on_eval(evaluate());
+    const TrainerOptions& options = shared_->options;
+    if (options.on_checkpoint && options.checkpoint_every > 0 &&
+        next_step_ % options.checkpoint_every == 0 && next_step_ < plan_.steps)
+      options.on_checkpoint(next_step_);
+    if (options.stop_requested) {
+      summary.stop_reason = options.stop_requested();
+      if (summary.stop_reason != 0) break;
+    }
   }
   summary.steps = next_step_;
   summary.wall_seconds = train_seconds;
   summary.samples_per_second = (next_step_ - first_step) * static_cast<double>(plan_.global_batch) / std::max(train_seconds, 1e-9);
-  summary.final_eval = evaluate();
-  observer.on_eval(summary.final_eval);
+  if (summary.stop_reason == 0) {
+    summary.final_eval = evaluate();
+    observer.on_eval(summary.final_eval);
+  }
   return summary;
 }
 

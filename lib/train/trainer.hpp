@@ -54,7 +54,8 @@ struct TrainSummary {
   double wall_seconds = 0;        // training steps only (setup and evaluation excluded)
   double samples_per_second = 0;  // steps * global batch / wall_seconds
   StepRecord last_step;
-  EvalRecord final_eval;
+  EvalRecord final_eval;  // not filled when the run stopped early
+  int stop_reason = 0;    // non-zero: TrainerOptions::stop_requested ended the run at `steps`
 };
 
 class RunObserver {
@@ -70,6 +71,13 @@ using BackendFactory = std::function<std::unique_ptr<Backend>(int worker)>;
 struct TrainerOptions {
   // Called by every worker when it enters a phase; tests throw from it to inject failures.
   std::function<void(int worker, int64_t step, Phase phase)> phase_hook;
+  // Polled by the coordinator after every step: when it returns non-zero, run() finishes the step in
+  // flight and returns early with TrainSummary::stop_reason set to that value (signal handlers set it).
+  std::function<int()> stop_requested;
+  // Called by the coordinator after every step whose number is a multiple of `checkpoint_every`
+  // (and not after the last step: the caller saves the final state itself).
+  int64_t checkpoint_every = 0;
+  std::function<void(int64_t step)> on_checkpoint;
 };
 
 // Global batch layout of a run: how many samples each local worker trains on per step.
