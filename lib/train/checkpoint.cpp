@@ -710,13 +710,16 @@ CheckpointDirectory::CheckpointDirectory(const std::string& run_dir, int keep,
   if (ec)
     MNIST_THROW(RuntimeError, "cannot create the checkpoint folder '{}': {}", dir_, ec.message());
   // A writer killed mid-write leaves ".step-N.safetensors.tmp.<pid>"; never a final name.
+  // Collected first: removing entries while iterating a directory is unspecified behaviour.
+  std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(".step-", 0) == 0 && name.find(".safetensors.tmp.") != std::string::npos) {
-      log_->warn("removing '{}', left by a checkpoint write that did not finish",
-                 entry.path().string());
-      fs::remove(entry.path(), ec);
-    }
+    if (name.rfind(".step-", 0) == 0 && name.find(".safetensors.tmp.") != std::string::npos)
+      stale.push_back(entry.path());
+  }
+  for (const fs::path& p : stale) {
+    log_->warn("removing '{}', left by a checkpoint write that did not finish", p.string());
+    fs::remove(p, ec);
   }
 }
 

@@ -69,8 +69,8 @@ struct CheckpointState {
 // Writes `ckpt` for `model` to `path` atomically: the bytes go to a temporary file in the same
 // directory, which is fsynced and renamed over `path`, then the directory is fsynced. A crash at
 // any moment leaves either the old file or the complete new one under `path`, never a partial one.
-// Throws RuntimeError when the buffer sizes do not match the model and optimizer (a caller bug),
-// DataError when the file cannot be written.
+// Throws RuntimeError when the buffer sizes do not match the model and optimizer (a caller bug)
+// or when the file cannot be written (disk full, permissions: a failure of the run, exit 1).
 void save_checkpoint(const std::string& path, const Model& model, const Experiment& experiment,
                      const CheckpointState& ckpt);
 
