@@ -131,6 +131,32 @@ void replace_once(std::string& text, const std::string& from, const std::string&
   text.replace(at, from.size(), to);
 }
 
+// JSON text of a parsed value (numbers as written), so tests can rebuild a header they edited.
+std::string to_json(const json::Value& v) {
+  switch (v.type) {
+    case json::Type::null:
+      return "null";
+    case json::Type::boolean:
+      return v.boolean ? "true" : "false";
+    case json::Type::number:
+      return v.text;
+    case json::Type::string:
+      return json::quote(v.text);
+    case json::Type::array: {
+      std::vector<std::string> items;
+      for (const auto& item : v.items) items.push_back(to_json(item));
+      return fmt::format("[{}]", fmt::join(items, ","));
+    }
+    case json::Type::object: {
+      std::vector<std::string> members;
+      for (const auto& [key, value] : v.members)
+        members.push_back(json::quote(key) + ":" + to_json(value));
+      return fmt::format("{{{}}}", fmt::join(members, ","));
+    }
+  }
+  return "";
+}
+
 // The DataError message loading `path` gives; fails the test on success or another exception.
 std::string load_error(const std::string& path, const Model& model) {
   try {
@@ -387,6 +413,30 @@ TEST_CASE("each kind of checkpoint damage gives its own DataError naming the fil
       replace_once(h, "\"data_offsets\":[0,108]", "\"data_offsets\":[108,0]");
     });
     CHECK_THAT(msg, Contains("layers.0.conv2d.weight") && Contains("end before they begin"));
+  }
+  SECTION("data offsets leaving a gap") {
+    // Four stray bytes after the first tensor, with every later offset shifted past them: the
+    // tensors still end at the end of the file, but no longer tile the data section.
+    json::Value header = json::parse(bytes.substr(8, n), "good header");
+    for (auto& [name, entry] : header.members) {
+      if (name == "__metadata__") continue;
+      REQUIRE(entry.members.back().first == "data_offsets");  // the writer puts it last
+      auto& offsets = entry.members.back().second.items;
+      uint64_t begin = 0, end = 0;
+      REQUIRE(offsets.at(0).as_uint64(begin));
+      REQUIRE(offsets.at(1).as_uint64(end));
+      if (begin >= 108) {
+        offsets[0].text = std::to_string(begin + 4);
+        offsets[1].text = std::to_string(end + 4);
+      }
+    }
+    std::string text = to_json(header);
+    text.append((8 - text.size() % 8) % 8, ' ');
+    const std::string data = bytes.substr(8 + n);
+    const std::string msg =
+        damaged(u64_le(text.size()) + text + data.substr(0, 108) + "gap!" + data.substr(108));
+    CHECK_THAT(msg, Contains("bad.safetensors") && Contains("leave a gap of 4 bytes after tensor "
+                                                            "'layers.0.conv2d.weight'"));
   }
   SECTION("trailing bytes after the last tensor") {
     const std::string msg = damaged(bytes + "extra!!!");
