@@ -99,6 +99,10 @@ std::string read_bytes(const std::string& path) {
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
+  // Unlink first: ext4 flushes a file truncated and rewritten in place (auto_da_alloc), which
+  // would make the thousands of rewrites below wait on the disk.
+  std::error_code ec;
+  fs::remove(path, ec);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
