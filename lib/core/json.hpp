@@ -1,0 +1,44 @@
+#pragma once
+// A small, strict JSON reader (RFC 8259) and a string quoter, enough for safetensors headers.
+//
+// Strict means: one value and nothing but whitespace after it, no comments, no trailing commas, no
+// duplicate object keys, no control characters inside strings, nesting at most kMaxDepth deep.
+// Every error is a DataError naming the source, the byte offset and what was expected there.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mnist::json {
+
+enum class Type { null, boolean, number, string, array, object };
+const char* to_string(Type t);
+
+struct Value {
+  Type type = Type::null;
+  std::size_t offset = 0;  // byte offset of the value's first character in the parsed text
+  bool boolean = false;
+  std::string text;          // string: the decoded contents (UTF-8); number: the literal as written
+  std::vector<Value> items;  // array
+  std::vector<std::pair<std::string, Value>> members;  // object, in the order written
+
+  // Object member by key, or nullptr (also when this is not an object).
+  const Value* find(std::string_view key) const;
+  // True and `out` set when this is a number written as a plain non-negative integer (no sign,
+  // fraction or exponent) that fits in 64 bits; exact, unlike a round trip through double.
+  bool as_uint64(uint64_t& out) const;
+};
+
+inline constexpr int kMaxDepth = 64;
+
+// Parses `text`; `source` names it in messages ("'run/step-000010.safetensors' header").
+// `offset_base` is added to every offset reported (e.g. 8 when the text starts at file byte 8).
+Value parse(std::string_view text, const std::string& source, std::size_t offset_base = 0);
+
+// `s` as a JSON string literal, quotes included; control characters escaped, other bytes as is.
+std::string quote(std::string_view s);
+
+}  // namespace mnist::json

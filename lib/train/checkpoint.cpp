@@ -1,0 +1,778 @@
+// Checkpoints as safetensors: writer, validating reader, the math-config hash, the rolling folder.
+//
+// Checkpoints are small (three copies of ~62k floats plus metadata), so a file is built whole in
+// memory and written in one go; reading validates the header completely before any tensor byte is
+// looked at, so a damaged file can only produce a DataError, never a half-filled state.
+
+#include "train/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "build_info.hpp"
+#include "core/error.hpp"
+#include "core/json.hpp"
+
+namespace mnist {
+namespace {
+
+namespace fs = std::filesystem;
+
+// safetensors stores little-endian data and we copy floats byte for byte.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "checkpoint I/O copies floats as raw bytes and assumes a little-endian host");
+static_assert(sizeof(float) == 4, "safetensors F32 is 4 bytes");
+
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kMomentPrefix = "optimizer.m.";
+constexpr const char* kVariancePrefix = "optimizer.v.";
+
+const std::vector<std::string>& required_metadata() {
+  static const std::vector<std::string> keys = {
+      kMetaFormatVersion, kMetaStep,        kMetaEpoch,     kMetaSampler,
+      kMetaSeed,          kMetaOptimizer,   kMetaConfig,    kMetaConfigHash,
+      kMetaMathConfig,    kMetaToolVersion, kMetaDataSource};
+  return keys;
+}
+
+const char* optimizer_name(OptimizerKind k) {
+  return k == OptimizerKind::adam ? "adam" : "sgd";
+}
+
+// Which CheckpointState vector a tensor lives in.
+enum class Buffer { params, state, moment1, moment2 };
+
+// The vector `b` names in `c` (CheckpointState, const or not).
+template <class State>
+auto& buffer_of(State& c, Buffer b) {
+  switch (b) {
+    case Buffer::params:
+      return c.params;
+    case Buffer::state:
+      return c.state;
+    case Buffer::moment1:
+      return c.moment1;
+    case Buffer::moment2:
+      return c.moment2;
+  }
+  return c.params;
+}
+
+// One tensor of the file: where its floats live in a CheckpointState.
+struct TensorRef {
+  std::string name;
+  std::vector<int> shape;
+  std::size_t count = 0;
+  Buffer buffer = Buffer::params;
+  std::size_t offset = 0;  // in floats, into the buffer
+};
+
+// The tensors a checkpoint of `model` holds, in file order.
+std::vector<TensorRef> tensor_list(const Model& model, bool adam) {
+  std::vector<TensorRef> out;
+  auto add = [&](const std::vector<TensorSlot>& slots, const std::string& prefix, Buffer buffer) {
+    for (const TensorSlot& s : slots)
+      out.push_back({prefix + s.name, s.shape, s.count, buffer, s.offset});
+  };
+  add(model.params(), "", Buffer::params);
+  add(model.state(), "", Buffer::state);
+  add(model.params(), kMomentPrefix, Buffer::moment1);
+  if (adam) add(model.params(), kVariancePrefix, Buffer::moment2);
+  return out;
+}
+
+std::string shape_str(const std::vector<int>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// ---- atomic write -----------------------------------------------------------------------------
+
+[[noreturn]] void write_failure(const std::string& what, const std::string& path, int err) {
+  MNIST_THROW(RuntimeError, "cannot {} '{}': {}", what, path, std::strerror(err));
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  // Hidden, and named after the target and the writer, so CheckpointDirectory can recognize (and
+  // clean up) what a crashed writer left, and list() never mistakes it for a checkpoint.
+  const std::string tmp =
+      (dir / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) write_failure("create the temporary checkpoint file", tmp, errno);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      write_failure(fmt::format("write ({} of {} bytes written)", done, bytes.size()), tmp, err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  // The data must be on disk before the name points at it, or a crash could leave the final
+  // name on an empty or partial file.
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    write_failure("fsync", tmp, err);
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    write_failure("close", tmp, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    MNIST_THROW(RuntimeError, "cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err));
+  }
+  // The rename itself lives in the directory; without this a crash could forget it.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) write_failure("open the checkpoint directory", dir.string(), errno);
+  const int rc = ::fsync(dfd);
+  const int err = errno;
+  ::close(dfd);
+  if (rc != 0) write_failure("fsync the checkpoint directory", dir.string(), err);
+}
+
+// ---- reading helpers --------------------------------------------------------------------------
+
+uint64_t parse_u64(const std::string& path, const std::string& key, const std::string& text) {
+  json::Value v;
+  v.type = json::Type::number;
+  v.text = text;
+  uint64_t out = 0;
+  if (!v.as_uint64(out))
+    MNIST_THROW(DataError, "'{}': metadata '{}' is \"{}\", expected a non-negative integer", path,
+                key, text);
+  return out;
+}
+
+std::vector<int> read_shape(const std::string& path, const std::string& name,
+                            const json::Value& v) {
+  if (v.type != json::Type::array)
+    MNIST_THROW(DataError, "'{}': tensor '{}': shape at byte offset {} is {}, expected an array",
+                path, name, v.offset, json::to_string(v.type));
+  std::vector<int> shape;
+  for (const json::Value& d : v.items) {
+    uint64_t n = 0;
+    if (!d.as_uint64(n) || n > static_cast<uint64_t>(INT32_MAX))
+      MNIST_THROW(DataError,
+                  "'{}': tensor '{}': shape entry at byte offset {} is '{}', expected a "
+                  "non-negative integer",
+                  path, name, d.offset,
+                  d.type == json::Type::number ? d.text : json::to_string(d.type));
+    shape.push_back(static_cast<int>(n));
+  }
+  return shape;
+}
+
+struct FileTensor {
+  std::string name;
+  uint64_t begin = 0, end = 0;
+  const TensorRef* ref = nullptr;
+};
+
+std::string metadata_text(const std::map<std::string, std::string>& m, const std::string& key) {
+  const auto it = m.find(key);
+  return it == m.end() ? std::string() : it->second;
+}
+
+// Enum spellings as the config file writes them (config/experiment.cpp's tables).
+const char* init_name(InitKind k) {
+  switch (k) {
+    case InitKind::truncated_normal:
+      return "truncated_normal";
+    case InitKind::he_normal:
+      return "he_normal";
+    case InitKind::glorot_uniform:
+      return "glorot_uniform";
+    case InitKind::zeros:
+      return "zeros";
+  }
+  return "?";
+}
+const char* schedule_name(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::constant:
+      return "constant";
+    case ScheduleKind::step:
+      return "step";
+    case ScheduleKind::cosine:
+      return "cosine";
+  }
+  return "?";
+}
+const char* boolean(bool b) {
+  return b ? "true" : "false";
+}
+
+std::vector<std::pair<std::string, std::string>> parse_lines(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      out.emplace_back(line, "");
+    } else {
+      out.emplace_back(line.substr(0, eq), line.substr(eq + 1));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- save -------------------------------------------------------------------------------------
+
+void save_checkpoint(const std::string& path, const Model& model, const Experiment& experiment,
+                     const CheckpointState& ckpt) {
+  const bool adam = experiment.optimizer.kind == OptimizerKind::adam;
+  MNIST_CHECK(ckpt.params.size() == model.param_count() &&
+                  ckpt.state.size() == model.state_count() &&
+                  ckpt.moment1.size() == model.param_count() &&
+                  ckpt.moment2.size() == (adam ? model.param_count() : 0),
+              "checkpoint buffers (params {}, state {}, moment1 {}, moment2 {}) do not match the "
+              "model (params {}, state {}) and optimizer {} (moment2 is empty for sgd)",
+              ckpt.params.size(), ckpt.state.size(), ckpt.moment1.size(), ckpt.moment2.size(),
+              model.param_count(), model.state_count(), optimizer_name(experiment.optimizer.kind));
+  MNIST_CHECK(ckpt.step >= 0, "checkpoint step {} is negative", ckpt.step);
+
+  std::vector<std::pair<std::string, std::string>> meta = {
+      {kMetaFormatVersion, kCheckpointFormatVersion},
+      {kMetaStep, std::to_string(ckpt.step)},
+      {kMetaEpoch, fmt::format("{}", ckpt.epoch)},
+      {kMetaSampler, kSamplerName},
+      {kMetaSeed, std::to_string(experiment.seed)},
+      {kMetaOptimizer, optimizer_name(experiment.optimizer.kind)},
+      {kMetaConfig, to_yaml(experiment)},
+      {kMetaConfigHash, math_config_hash(experiment)},
+      {kMetaMathConfig, math_config_text(experiment)},
+      {kMetaToolVersion, MNIST_VERSION},
+      {kMetaDataSource, ckpt.data_source}};
+  const auto& required = required_metadata();
+  for (const auto& [key, value] : ckpt.metadata) {
+    MNIST_CHECK(std::find(required.begin(), required.end(), key) == required.end(),
+                "extra checkpoint metadata key '{}' is one the checkpoint writer sets itself", key);
+    meta.emplace_back(key, value);
+  }
+
+  // The header: metadata first, as the reference implementation writes it, then the tensors in
+  // data order.
+  const std::vector<TensorRef> tensors = tensor_list(model, adam);
+  std::string header = "{";
+  header += json::quote(kMetadataKey) + ":{";
+  for (std::size_t i = 0; i < meta.size(); ++i) {
+    if (i > 0) header += ',';
+    header += json::quote(meta[i].first) + ':' + json::quote(meta[i].second);
+  }
+  header += '}';
+  uint64_t begin = 0;
+  for (const TensorRef& t : tensors) {
+    const uint64_t end = begin + t.count * sizeof(float);
+    header += fmt::format(",{}:{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                          json::quote(t.name), fmt::join(t.shape, ","), begin, end);
+    begin = end;
+  }
+  header += '}';
+  // Pad with spaces so the data section starts 8-byte aligned (the reference does the same, and
+  // readers that map the file may rely on it).
+  header.append((8 - header.size() % 8) % 8, ' ');
+
+  std::string bytes;
+  bytes.reserve(8 + header.size() + begin);
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) bytes += static_cast<char>((n >> (8 * i)) & 0xff);
+  bytes += header;
+  for (const TensorRef& t : tensors) {
+    bytes.append(reinterpret_cast<const char*>(buffer_of(ckpt, t.buffer).data() + t.offset),
+                 t.count * sizeof(float));
+  }
+  write_file_atomically(path, bytes);
+}
+
+// ---- load -------------------------------------------------------------------------------------
+
+CheckpointState load_checkpoint(const std::string& path, const Model& model) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) MNIST_THROW(DataError, "checkpoint not found: '{}'", path);
+  if (fs::is_directory(path, ec))
+    MNIST_THROW(DataError, "'{}' is a directory, expected a checkpoint file", path);
+  const uint64_t file_size = fs::file_size(path, ec);
+  if (ec) MNIST_THROW(DataError, "cannot read the size of '{}': {}", path, ec.message());
+  std::ifstream in(path, std::ios::binary);
+  if (!in) MNIST_THROW(DataError, "cannot open '{}': {}", path, std::strerror(errno));
+
+  if (file_size < 8)
+    MNIST_THROW(DataError,
+                "'{}' is {} bytes, shorter than the 8-byte header length every safetensors file "
+                "starts with (truncated or empty)",
+                path, file_size);
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  if (!in) MNIST_THROW(DataError, "cannot read the first 8 bytes of '{}'", path);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > kMaxHeaderBytes)
+    MNIST_THROW(DataError,
+                "'{}': header length at byte offset 0 is {}, larger than safetensors' limit of {} "
+                "bytes (damaged, or not a safetensors file)",
+                path, header_len, kMaxHeaderBytes);
+  if (header_len > file_size - 8)
+    MNIST_THROW(DataError,
+                "'{}': header length at byte offset 0 is {} but only {} bytes follow it (the file "
+                "is {} bytes: truncated?)",
+                path, header_len, file_size - 8, file_size);
+  std::string header(header_len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  if (!in) MNIST_THROW(DataError, "cannot read the {}-byte header of '{}'", header_len, path);
+  const uint64_t data_size = file_size - 8 - header_len;
+
+  const json::Value root = json::parse(header, fmt::format("'{}' header", path), 8);
+  if (root.type != json::Type::object)
+    MNIST_THROW(DataError, "'{}': the header (byte offset 8) is {}, expected a JSON object", path,
+                json::to_string(root.type));
+
+  // Metadata first: the optimizer it names decides which tensors must be present.
+  CheckpointState ckpt;
+  if (const json::Value* meta = root.find(kMetadataKey)) {
+    if (meta->type != json::Type::object)
+      MNIST_THROW(DataError, "'{}': {} at byte offset {} is {}, expected an object of strings",
+                  path, kMetadataKey, meta->offset, json::to_string(meta->type));
+    for (const auto& [key, value] : meta->members) {
+      if (value.type != json::Type::string)
+        MNIST_THROW(DataError,
+                    "'{}': metadata '{}' at byte offset {} is {}; safetensors metadata values are "
+                    "strings",
+                    path, key, value.offset, json::to_string(value.type));
+      ckpt.metadata[key] = value.text;
+    }
+  }
+  std::vector<std::string> missing_meta;
+  for (const std::string& key : required_metadata())
+    if (ckpt.metadata.count(key) == 0) missing_meta.push_back(key);
+  if (!missing_meta.empty())
+    MNIST_THROW(DataError,
+                "'{}': metadata lacks required keys: {} (not written by mnist-train, or damaged)",
+                path, fmt::join(missing_meta, ", "));
+  const std::string version = ckpt.metadata[kMetaFormatVersion];
+  if (version != kCheckpointFormatVersion)
+    MNIST_THROW(DataError, "'{}': format_version is \"{}\"; this tool reads version {}", path,
+                version, kCheckpointFormatVersion);
+  const uint64_t step = parse_u64(path, kMetaStep, ckpt.metadata[kMetaStep]);
+  if (step > static_cast<uint64_t>(INT64_MAX))
+    MNIST_THROW(DataError, "'{}': metadata step {} is out of range", path, step);
+  ckpt.step = static_cast<int64_t>(step);
+  parse_u64(path, kMetaSeed, ckpt.metadata[kMetaSeed]);
+  {
+    const std::string& text = ckpt.metadata[kMetaEpoch];
+    std::size_t used = 0;
+    try {
+      ckpt.epoch = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size())
+      MNIST_THROW(DataError, "'{}': metadata epoch is \"{}\", expected a number", path, text);
+  }
+  const std::string optimizer = ckpt.metadata[kMetaOptimizer];
+  if (optimizer != "adam" && optimizer != "sgd")
+    MNIST_THROW(DataError, "'{}': metadata optimizer is \"{}\", expected \"adam\" or \"sgd\"", path,
+                optimizer);
+  const std::string expected_hash = fmt::format("{:016x}", fnv1a64(ckpt.metadata[kMetaMathConfig]));
+  if (ckpt.metadata[kMetaConfigHash] != expected_hash)
+    MNIST_THROW(DataError,
+                "'{}': metadata config_hash \"{}\" does not match its own math_config (whose hash "
+                "is {}): the metadata was edited or damaged",
+                path, ckpt.metadata[kMetaConfigHash], expected_hash);
+  ckpt.data_source = ckpt.metadata[kMetaDataSource];
+
+  const bool adam = optimizer == "adam";
+  ckpt.params.assign(model.param_count(), 0.0f);
+  ckpt.state.assign(model.state_count(), 0.0f);
+  ckpt.moment1.assign(model.param_count(), 0.0f);
+  ckpt.moment2.assign(adam ? model.param_count() : 0, 0.0f);
+  const std::vector<TensorRef> expected = tensor_list(model, adam);
+  std::map<std::string, const TensorRef*> by_name;
+  for (const TensorRef& t : expected) by_name[t.name] = &t;
+
+  std::vector<FileTensor> found;
+  for (const auto& [name, entry] : root.members) {
+    if (name == kMetadataKey) continue;
+    if (entry.type != json::Type::object)
+      MNIST_THROW(DataError,
+                  "'{}': tensor '{}' at byte offset {} is {}, expected an object with dtype, shape "
+                  "and data_offsets",
+                  path, name, entry.offset, json::to_string(entry.type));
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+      if (entry.find(key) == nullptr)
+        MNIST_THROW(DataError, "'{}': tensor '{}' (byte offset {}) lacks '{}'", path, name,
+                    entry.offset, key);
+    for (const auto& member : entry.members)
+      if (member.first != "dtype" && member.first != "shape" && member.first != "data_offsets")
+        MNIST_THROW(DataError,
+                    "'{}': tensor '{}' has an unexpected key '{}' at byte offset {} (allowed: "
+                    "dtype, shape, data_offsets)",
+                    path, name, member.first, member.second.offset);
+    const json::Value& dtype = *entry.find("dtype");
+    if (dtype.type != json::Type::string || dtype.text != "F32")
+      MNIST_THROW(DataError,
+                  "'{}': tensor '{}' has dtype {} (byte offset {}); checkpoints hold F32 only",
+                  path, name,
+                  dtype.type == json::Type::string ? json::quote(dtype.text)
+                                                   : std::string(json::to_string(dtype.type)),
+                  dtype.offset);
+    const std::vector<int> shape = read_shape(path, name, *entry.find("shape"));
+    const json::Value& offsets = *entry.find("data_offsets");
+    FileTensor ft;
+    ft.name = name;
+    if (offsets.type != json::Type::array || offsets.items.size() != 2 ||
+        !offsets.items[0].as_uint64(ft.begin) || !offsets.items[1].as_uint64(ft.end))
+      MNIST_THROW(DataError,
+                  "'{}': tensor '{}': data_offsets at byte offset {} must be [begin, end], two "
+                  "non-negative integers",
+                  path, name, offsets.offset);
+    if (ft.end < ft.begin)
+      MNIST_THROW(DataError, "'{}': tensor '{}': data_offsets [{}, {}] end before they begin", path,
+                  name, ft.begin, ft.end);
+    if (ft.end > data_size)
+      MNIST_THROW(DataError,
+                  "'{}': tensor '{}': data_offsets [{}, {}] run past the end of the file: the data "
+                  "section holds {} bytes (file {} bytes; truncated?)",
+                  path, name, ft.begin, ft.end, data_size, file_size);
+    const auto known = by_name.find(name);
+    if (known == by_name.end())
+      MNIST_THROW(DataError,
+                  "'{}': unknown tensor '{}' (shape {}): the model has no such parameter, state or "
+                  "{} optimizer slot (a checkpoint of a different network?)",
+                  path, name, shape_str(shape), optimizer);
+    ft.ref = known->second;
+    if (shape != ft.ref->shape)
+      MNIST_THROW(DataError,
+                  "'{}': tensor '{}' has shape {} in the file, but the model's slot '{}' is {}",
+                  path, name, shape_str(shape), ft.ref->name, shape_str(ft.ref->shape));
+    if (ft.end - ft.begin != ft.ref->count * sizeof(float))
+      MNIST_THROW(DataError,
+                  "'{}': tensor '{}': data_offsets [{}, {}] span {} bytes, but shape {} of F32 "
+                  "needs {}",
+                  path, name, ft.begin, ft.end, ft.end - ft.begin, shape_str(shape),
+                  ft.ref->count * sizeof(float));
+    found.push_back(ft);
+  }
+  if (found.size() != expected.size()) {
+    std::vector<std::string> missing;
+    for (const TensorRef& t : expected) {
+      const bool present = std::any_of(found.begin(), found.end(),
+                                       [&](const FileTensor& f) { return f.name == t.name; });
+      if (!present) missing.push_back(t.name);
+    }
+    const std::size_t shown = std::min<std::size_t>(missing.size(), 8);
+    MNIST_THROW(
+        DataError, "'{}': missing {} tensor(s) the model needs: {}{}", path, missing.size(),
+        fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+        missing.size() > shown ? fmt::format(" and {} more", missing.size() - shown) : "");
+  }
+
+  // safetensors' rule: the tensors tile the data section exactly, with no gap and no overlap.
+  std::sort(found.begin(), found.end(),
+            [](const FileTensor& a, const FileTensor& b) { return a.begin < b.begin; });
+  uint64_t expected_begin = 0;
+  const FileTensor* previous = nullptr;
+  for (const FileTensor& f : found) {
+    if (f.begin < expected_begin)
+      MNIST_THROW(DataError, "'{}': tensor '{}' data_offsets [{}, {}] overlap tensor '{}' [{}, {}]",
+                  path, f.name, f.begin, f.end, previous->name, previous->begin, previous->end);
+    if (f.begin > expected_begin)
+      MNIST_THROW(DataError,
+                  "'{}': tensor '{}' data_offsets [{}, {}] leave a gap of {} bytes after {}", path,
+                  f.name, f.begin, f.end, f.begin - expected_begin,
+                  previous ? fmt::format("tensor '{}'", previous->name)
+                           : std::string("the start of the data section"));
+    expected_begin = f.end;
+    previous = &f;
+  }
+  if (expected_begin != data_size)
+    MNIST_THROW(DataError,
+                "'{}': the data section holds {} bytes but the tensors cover {}: {} unexplained "
+                "trailing bytes",
+                path, data_size, expected_begin, data_size - expected_begin);
+
+  // Everything checked: now the bytes.
+  std::string data(data_size, '\0');
+  in.read(data.data(), static_cast<std::streamsize>(data_size));
+  if (!in)
+    MNIST_THROW(DataError, "cannot read the {}-byte data section of '{}' (changed while reading?)",
+                data_size, path);
+  for (const FileTensor& f : found) {
+    std::memcpy(buffer_of(ckpt, f.ref->buffer).data() + f.ref->offset, data.data() + f.begin,
+                f.end - f.begin);
+  }
+  return ckpt;
+}
+
+// ---- config hash ------------------------------------------------------------------------------
+
+std::string math_config_text(const Experiment& e) {
+  std::string out;
+  auto line = [&](const std::string& key, const auto& value) {
+    out += fmt::format("{}={}\n", key, value);
+  };
+  line("seed", e.seed);
+  const ModelConfig& m = e.model;
+  line("model.input", fmt::format("{},{},{}", m.input_c, m.input_h, m.input_w));
+  line("model.classes", m.classes);
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const LayerSpec& l = m.layers[i];
+    const std::string p = fmt::format("model.layers[{}]", i);
+    line(p, to_string(l.kind));
+    auto init = [&] {
+      line(p + ".init.type", init_name(l.init.kind));
+      // mean and stddev mean something only for truncated_normal (the config rejects them
+      // elsewhere), so other kinds do not record the defaults they happen to carry.
+      if (l.init.kind == InitKind::truncated_normal) {
+        line(p + ".init.mean", l.init.mean);
+        line(p + ".init.stddev", l.init.stddev);
+      }
+    };
+    switch (l.kind) {
+      case LayerKind::conv2d:
+        line(p + ".filters", l.filters);
+        line(p + ".kernel", l.kernel);
+        line(p + ".stride", l.stride);
+        line(p + ".padding", l.padding == PaddingMode::explicit_pixels
+                                 ? std::to_string(l.padding_pixels)
+                                 : std::string(l.padding == PaddingMode::same ? "same" : "valid"));
+        line(p + ".bias", boolean(l.bias));
+        init();
+        break;
+      case LayerKind::dense:
+        line(p + ".units", l.units);
+        line(p + ".bias", boolean(l.bias));
+        init();
+        break;
+      case LayerKind::max_pool:
+        line(p + ".size", l.pool_size);
+        line(p + ".stride", l.stride);
+        break;
+      case LayerKind::batch_norm:
+        line(p + ".decay", l.decay);
+        line(p + ".epsilon", l.epsilon);
+        line(p + ".center", boolean(l.center));
+        line(p + ".scale", boolean(l.scale));
+        break;
+      case LayerKind::dropout:
+        line(p + ".rate", l.rate);
+        break;
+      case LayerKind::relu:
+      case LayerKind::flatten:
+        break;
+    }
+  }
+  const OptimizerConfig& o = e.optimizer;
+  line("optimizer.type", optimizer_name(o.kind));
+  line("optimizer.lr", o.lr);
+  if (o.kind == OptimizerKind::adam) {
+    line("optimizer.beta1", o.beta1);
+    line("optimizer.beta2", o.beta2);
+    line("optimizer.epsilon", o.epsilon);
+  } else {
+    line("optimizer.momentum", o.momentum);
+    line("optimizer.nesterov", boolean(o.nesterov));
+  }
+  line("optimizer.weight_decay", o.weight_decay);
+  line("optimizer.weight_decay_mode",
+       o.weight_decay_mode == WeightDecayMode::l2 ? "l2" : "decoupled");
+  const ScheduleConfig& s = e.schedule;
+  line("schedule.type", schedule_name(s.kind));
+  line("schedule.warmup_steps", s.warmup_steps);
+  if (s.kind == ScheduleKind::step) {
+    line("schedule.step_size", s.step_size);
+    line("schedule.gamma", s.gamma);
+  }
+  if (s.kind == ScheduleKind::cosine) line("schedule.min_lr", s.min_lr);
+  const TrainConfig& t = e.train;
+  if (t.batch_per_device > 0) {
+    line("train.batch_per_device", t.batch_per_device);
+  } else {
+    line("train.global_batch", t.global_batch);
+  }
+  line("train.batch_norm", t.batch_norm == BatchNormMode::local ? "local" : "sync");
+  line("train.scale_lr_with_devices", boolean(t.scale_lr_with_devices));
+  if (s.kind == ScheduleKind::cosine) {
+    if (t.steps > 0) {
+      line("train.steps", t.steps);
+    } else {
+      line("train.epochs", t.epochs);
+    }
+  }
+  return out;
+}
+
+uint64_t fnv1a64(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV offset basis
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;  // FNV prime
+  }
+  return h;
+}
+
+std::string math_config_hash(const Experiment& experiment) {
+  return fmt::format("{:016x}", fnv1a64(math_config_text(experiment)));
+}
+
+std::vector<std::string> math_config_differences(const Experiment& experiment,
+                                                 const std::string& saved_text) {
+  const auto saved = parse_lines(saved_text);
+  const auto current = parse_lines(math_config_text(experiment));
+  const std::map<std::string, std::string> saved_map(saved.begin(), saved.end());
+  const std::map<std::string, std::string> current_map(current.begin(), current.end());
+  std::vector<std::string> out;
+  auto show = [](const std::map<std::string, std::string>& m, const std::string& key) {
+    const auto it = m.find(key);
+    return it == m.end() ? std::string("(absent)") : it->second;
+  };
+  // Current order first (it is the documented order), then keys only the checkpoint has.
+  for (const auto& [key, value] : current) {
+    const auto it = saved_map.find(key);
+    if (it == saved_map.end() || it->second != value)
+      out.push_back(fmt::format("{}: checkpoint {}, config {}", key, show(saved_map, key), value));
+  }
+  for (const auto& [key, value] : saved)
+    if (current_map.count(key) == 0)
+      out.push_back(fmt::format("{}: checkpoint {}, config (absent)", key, value));
+  return out;
+}
+
+void check_resume_compatible(const CheckpointState& ckpt, const Experiment& experiment,
+                             const std::string& path) {
+  const std::string sampler = metadata_text(ckpt.metadata, kMetaSampler);
+  if (sampler != kSamplerName)
+    MNIST_THROW(ConfigError,
+                "cannot resume from '{}': it was written with sampler \"{}\", this tool's sampler "
+                "is \"{}\", so the data order would not continue",
+                path, sampler, kSamplerName);
+  const std::string saved_hash = metadata_text(ckpt.metadata, kMetaConfigHash);
+  if (saved_hash == math_config_hash(experiment)) return;
+  const std::vector<std::string> diff =
+      math_config_differences(experiment, metadata_text(ckpt.metadata, kMetaMathConfig));
+  const std::size_t shown = std::min<std::size_t>(diff.size(), 12);
+  MNIST_THROW(ConfigError,
+              "cannot resume from '{}': its config hash {} differs from this config's {}; "
+              "settings that change training differ:\n  {}{}",
+              path, saved_hash, math_config_hash(experiment),
+              fmt::join(diff.begin(), diff.begin() + static_cast<std::ptrdiff_t>(shown), "\n  "),
+              diff.size() > shown ? fmt::format("\n  ... and {} more", diff.size() - shown) : "");
+}
+
+// ---- the folder -------------------------------------------------------------------------------
+
+namespace {
+// "step-000123.safetensors" -> 123; -1 for any other name.
+int64_t step_of(const std::string& filename) {
+  static const std::string prefix = "step-", suffix = ".safetensors";
+  if (filename.size() <= prefix.size() + suffix.size() || filename.rfind(prefix, 0) != 0 ||
+      filename.compare(filename.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits =
+      filename.substr(prefix.size(), filename.size() - prefix.size() - suffix.size());
+  if (digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stoll(digits);
+}
+}  // namespace
+
+CheckpointDirectory::CheckpointDirectory(const std::string& run_dir, int keep,
+                                         std::shared_ptr<spdlog::logger> logger)
+    : dir_((fs::path(run_dir) / "checkpoints").string()),
+      keep_(keep),
+      log_(logger ? std::move(logger) : spdlog::default_logger()) {
+  MNIST_CHECK(keep_ >= 1, "checkpoint.keep must be at least 1, got {}", keep_);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec)
+    MNIST_THROW(RuntimeError, "cannot create the checkpoint folder '{}': {}", dir_, ec.message());
+  // A writer killed mid-write leaves ".step-N.safetensors.tmp.<pid>"; never a final name.
+  // Collected first: removing entries while iterating a directory is unspecified behaviour.
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".step-", 0) == 0 && name.find(".safetensors.tmp.") != std::string::npos)
+      stale.push_back(entry.path());
+  }
+  for (const fs::path& p : stale) {
+    log_->warn("removing '{}', left by a checkpoint write that did not finish", p.string());
+    fs::remove(p, ec);
+  }
+}
+
+std::string CheckpointDirectory::path_for(int64_t step) const {
+  return (fs::path(dir_) / fmt::format("step-{:06d}.safetensors", step)).string();
+}
+
+std::vector<std::string> CheckpointDirectory::list() const {
+  std::vector<std::pair<int64_t, std::string>> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const int64_t step = step_of(entry.path().filename().string());
+    if (step >= 0 && entry.is_regular_file(ec)) files.emplace_back(step, entry.path().string());
+  }
+  if (ec)
+    MNIST_THROW(RuntimeError, "cannot list the checkpoint folder '{}': {}", dir_, ec.message());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> out;
+  for (auto& f : files) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string CheckpointDirectory::save(const Model& model, const Experiment& experiment,
+                                      const CheckpointState& ckpt) {
+  const std::string path = path_for(ckpt.step);
+  save_checkpoint(path, model, experiment, ckpt);
+  // Oldest first; the file just written always survives, even when a folder left by an earlier
+  // run holds higher step numbers.
+  std::vector<std::string> files = list();
+  files.erase(std::remove(files.begin(), files.end(), path), files.end());
+  const std::size_t others_kept = static_cast<std::size_t>(keep_ - 1);
+  for (std::size_t i = 0; i + others_kept < files.size(); ++i) {
+    std::error_code ec;
+    fs::remove(files[i], ec);
+    if (ec) log_->warn("cannot delete old checkpoint '{}': {}", files[i], ec.message());
+  }
+  return path;
+}
+
+std::optional<CheckpointDirectory::Found> CheckpointDirectory::latest_valid(
+    const Model& model) const {
+  const std::vector<std::string> files = list();
+  std::vector<std::string> skipped;
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    try {
+      CheckpointState state = load_checkpoint(*it, model);
+      return Found{*it, std::move(state), std::move(skipped)};
+    } catch (const DataError& e) {
+      log_->warn("skipping damaged checkpoint: {}", e.what());
+      skipped.push_back(e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace mnist
