@@ -1,7 +1,10 @@
 // mnist-train: the command line. Parses arguments, loads and validates the experiment, runs it, and
 // maps exceptions to the exit codes documented in README ("Exit codes"). Nothing else lives here.
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <unistd.h>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -11,16 +14,17 @@
 #include <spdlog/spdlog.h>
 
 #include "build_info.hpp"
-#include "comm/thread_communicator.hpp"
 #include "config/experiment.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
+#include "data/image_files.hpp"
 #include "data/npm_digits.hpp"
 #include "model/model.hpp"
 #include "train/device_plan.hpp"
 #include "train/benchmark.hpp"
-#include "train/run_log.hpp"
-#include "train/trainer.hpp"
+#include "train/checkpoint.hpp"
+#include "train/evaluation.hpp"
+#include "train/session.hpp"
 
 namespace {
 
@@ -28,7 +32,9 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;  // bad usage, config or data
+constexpr int kExitInterrupted = 3;  // SIGINT/SIGTERM: checkpoint written
 constexpr int kExitDiverged = 4;
+constexpr int kExitRequeue = 75;     // SIGUSR1: checkpoint written, requeue the job (EX_TEMPFAIL)
 
 std::string version_text() {
   auto part = [](bool on, const char* version) {
@@ -57,40 +63,114 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
   return logger;
 }
 
+// Signals: the first SIGINT or SIGTERM asks the run to finish its step, save a checkpoint and exit
+// 3; a second SIGINT exits at once (130). SIGUSR1 (Slurm's --signal=USR1@60) does the same as the
+// first but exits 75, "requeue me". Handlers only store to a lock-free atomic and write(2).
+std::atomic<int> g_stop{mnist::kNoStop};
+std::atomic<int> g_interrupts{0};
+
+extern "C" void on_signal(int sig) {
+  if (sig == SIGUSR1) {
+    g_stop = mnist::kStopRequeue;
+    return;
+  }
+  if (sig == SIGINT && g_interrupts.fetch_add(1) >= 1) {
+    static const char kNow[] = "mnist-train: second interrupt, exiting now\n";
+    (void)!::write(2, kNow, sizeof(kNow) - 1);
+    ::_exit(130);
+  }
+  static const char kMsg[] = "mnist-train: stop requested: finishing the step and saving a checkpoint\n";
+  (void)!::write(2, kMsg, sizeof(kMsg) - 1);
+  if (g_stop == mnist::kNoStop) g_stop = mnist::kStopInterrupt;
+}
+
+void install_signal_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &action, nullptr);
+}
+
+mnist::DevicePlan device_plan(const mnist::Experiment& experiment) {
+  std::string why_no_gpu;
+  const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
+  return mnist::plan_devices(experiment.devices, visible, why_no_gpu);
+}
+
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   bool dry_run, const std::string& gpus, const std::string& log_format,
-                  spdlog::logger& log, std::shared_ptr<spdlog::logger> logger) {
+                  const std::string& resume, bool force_resume, std::shared_ptr<spdlog::logger> log) {
   std::vector<std::string> all = overrides;
   if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
   const mnist::Experiment experiment = mnist::load_experiment(config_path, all);
   const mnist::Model model = mnist::Model::build(experiment.model);
-  std::string why_no_gpu;
-  const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
-  const mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
+  const mnist::DevicePlan devices = device_plan(experiment);
   if (dry_run) {
     std::cout << mnist::to_yaml(experiment) << "\n" << model.summary() << "\n"
               << "devices: " << devices.describe() << "\n";
     return kExitOk;
   }
+  mnist::SessionOptions options;
+  options.resume = resume;
+  options.force_resume = force_resume;
+  options.trainer.stop_requested = [] { return g_stop.load(); };
+  install_signal_handlers();
+  const mnist::SessionResult result = mnist::run_session(experiment, model, devices, options, log);
+  switch (result.outcome) {
+    case mnist::SessionOutcome::completed: return kExitOk;
+    case mnist::SessionOutcome::interrupted: return kExitInterrupted;
+    case mnist::SessionOutcome::requeue: return kExitRequeue;
+  }
+  return kExitRuntime;
+}
+
+// The experiment a checkpoint was trained with, from its own metadata.
+mnist::Experiment checkpoint_experiment(const std::string& path) {
+  const mnist::CheckpointState meta = mnist::read_checkpoint_metadata(path);
+  return mnist::parse_experiment(meta.metadata.at(mnist::kMetaConfig), path + " (embedded config)");
+}
+
+int eval_command(const std::string& checkpoint, const std::string& data_dir, spdlog::logger& log) {
+  mnist::Experiment experiment = checkpoint_experiment(checkpoint);
+  if (!data_dir.empty()) {
+    experiment.data.dir = data_dir;
+    experiment.data.train_images = experiment.data.train_labels = "";
+    experiment.data.test_images = experiment.data.test_labels = "";
+  }
+  const mnist::Model model = mnist::Model::build(experiment.model);
+  const mnist::CheckpointState ckpt = mnist::load_checkpoint(checkpoint, model);
   const mnist::Dataset data = mnist::load_dataset(experiment.data, experiment.model.classes);
-  log.info("data: {} ({} train / {} test images of {}x{}){}", data.name, data.train.count,
-           data.test.count, data.train.rows, data.train.cols,
-           data.provenance.empty() ? "" : "; source: " + data.provenance);
-  if (data.train.rows != experiment.model.input_h || data.train.cols != experiment.model.input_w)
-    MNIST_THROW(mnist::DataError, "{}: images are {}x{} but model.input is {}x{}",
-                data.train.images_path, data.train.rows, data.train.cols, experiment.model.input_h,
-                experiment.model.input_w);
-  if (!devices.note.empty()) log.info("{}", devices.note);
-  mnist::ThreadCommunicator comm(devices.workers());
-  mnist::Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm);
-  const mnist::BatchPlan& plan = trainer.plan();
-  log.info("devices: {}; {} steps, global batch {} ({} per replica){}", trainer.device_names(),
-           plan.steps, plan.global_batch, plan.slice_begin[1] - plan.slice_begin[0],
-           experiment.train.scale_lr_with_devices ? fmt::format(", lr scaled x{}", devices.workers()) : "");
-  mnist::RunLog run_log(experiment, std::move(logger), true);
-  const mnist::TrainSummary summary = trainer.run(run_log);
-  run_log.finish(summary, trainer.device_names(), data.provenance);
+  mnist::DevicePlan devices = device_plan(experiment);
+  devices.gpus.resize(std::min<std::size_t>(devices.gpus.size(), 1));
+  std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
+  log.info("evaluating {} (step {}) on {} with {}", checkpoint, ckpt.step, data.test.images_path,
+           backend->name());
+  const mnist::EvaluationReport report =
+      mnist::evaluate_model(model, *backend, ckpt.params, ckpt.state, data.test, experiment.train.eval_batch);
+  std::cout << mnist::format_report(report);
+  return kExitOk;
+}
+
+int predict_command(const std::string& checkpoint, const std::vector<std::string>& images,
+                    spdlog::logger& log) {
+  const mnist::Experiment experiment = checkpoint_experiment(checkpoint);
+  const mnist::Model model = mnist::Model::build(experiment.model);
+  const mnist::CheckpointState ckpt = mnist::load_checkpoint(checkpoint, model);
+  mnist::DevicePlan devices = device_plan(experiment);
+  devices.gpus.resize(std::min<std::size_t>(devices.gpus.size(), 1));
+  std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
+  for (const std::string& path : images) {
+    const mnist::ImageSet set = mnist::read_images_for_prediction(path);
+    log.debug("{}: {} images", path, set.count);
+    const auto probs = mnist::predict_probabilities(model, *backend, ckpt.params, ckpt.state, set);
+    for (int i = 0; i < set.count; ++i) {
+      const auto& p = probs[i];
+      const int best = static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
+      std::cout << fmt::format("{}[{}] class {} p={:.4f} probabilities {:.4f}\n", path, i, best,
+                               p[best], fmt::join(p, " "));
+    }
+  }
   return kExitOk;
 }
 
@@ -146,6 +226,12 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--log-format", log_format, "standard or seed (the seed's Step:N:loss acc lines)");
   app.add_option("--gpus", gpus, "GPU ordinals to use, e.g. 0,1 (overrides devices.gpus)");
+  std::string resume;
+  bool force_resume = false;
+  app.add_option("--resume", resume, "continue from a checkpoint file, or 'auto': the newest valid one "
+                                     "in the run directory (none: start fresh)");
+  app.add_flag("--force-resume", force_resume,
+               "resume even if the checkpoint's model/optimizer/batch config differs");
 
   CLI::App* devices_cmd = app.add_subcommand("devices", "list the visible GPUs, or say why there are none");
   CLI::App* data_cmd = app.add_subcommand("data", "dataset tools");
@@ -165,6 +251,14 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
   bench_cmd->add_option("--engines", bench_engines, "CUDA engines to compare, e.g. native,cublas,cudnn");
   bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
+  CLI::App* eval_cmd = app.add_subcommand("eval", "test loss, accuracy, per-class accuracy and confusion matrix of a checkpoint");
+  std::string checkpoint_path, eval_data;
+  eval_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
+  eval_cmd->add_option("--data", eval_data, "folder with the four IDX files (default: the checkpoint's)");
+  CLI::App* predict_cmd = app.add_subcommand("predict", "class probabilities of images (IDX image files or PGM)");
+  std::vector<std::string> predict_images;
+  predict_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
+  predict_cmd->add_option("IMAGES", predict_images, "IDX image files (raw or .gz) or binary PGM (P5) files")->required();
   app.require_subcommand(0, 1);
 
   try {
@@ -184,6 +278,8 @@ int main(int argc, char** argv) {
       logger->info("wrote {} train and {} test images to {}", counts.train, counts.test, out_dir);
       return kExitOk;
     }
+    if (*eval_cmd) return eval_command(checkpoint_path, eval_data, *logger);
+    if (*predict_cmd) return predict_command(checkpoint_path, predict_images, *logger);
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
       return bench_command(config_path, overrides, bench_options, bench_engines, bench_json);
@@ -192,7 +288,7 @@ int main(int argc, char** argv) {
       std::cerr << "mnist-train: --config FILE is required (see --help)\n";
       return kExitUsage;
     }
-    return train_command(config_path, overrides, dry_run, gpus, log_format, *logger, logger);
+    return train_command(config_path, overrides, dry_run, gpus, log_format, resume, force_resume, logger);
   } catch (const mnist::UsageError& e) {
     std::cerr << "mnist-train: " << e.what() << "\n";
     return kExitUsage;

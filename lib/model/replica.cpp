@@ -73,6 +73,11 @@ const float* Replica::run_forward(const PassContext& ctx) {
   return x;
 }
 
+const float* Replica::forward_logits(const PassContext& ctx) {
+  MNIST_CHECK(!ctx.training, "forward_logits is for evaluation");
+  return run_forward(ctx);
+}
+
 void Replica::forward_loss(const PassContext& ctx) {
   const float* logits = run_forward(ctx);
   backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), 0.0f, nullptr,

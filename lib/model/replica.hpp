@@ -28,6 +28,9 @@ class Replica {
   void forward_train(const PassContext& ctx, float grad_scale);
   void backward(const PassContext& ctx);
   void forward_loss(const PassContext& ctx);  // evaluation: metrics only
+  // Evaluation forward only; returns the logits [ctx.n, classes] (device pointer, valid until the
+  // next pass).
+  const float* forward_logits(const PassContext& ctx);
 
   // The flat buffers (device pointers). grads() is followed by the metric slots, so one all-reduce
   // over reduce_count() floats carries gradients and metrics together.

@@ -309,7 +309,15 @@ void save_checkpoint(const std::string& path, const Model& model, const Experime
 
 // ---- load -------------------------------------------------------------------------------------
 
-CheckpointState load_checkpoint(const std::string& path, const Model& model) {
+namespace {
+// The file's header, validated, and its metadata; tensors are not read yet.
+struct Header {
+  json::Value root;
+  uint64_t file_size = 0, data_size = 0;
+  CheckpointState ckpt;  // step, epoch, data_source and metadata filled
+};
+
+Header read_header(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) MNIST_THROW(DataError, "checkpoint not found: '{}'", path);
   if (fs::is_directory(path, ec))
@@ -350,7 +358,8 @@ CheckpointState load_checkpoint(const std::string& path, const Model& model) {
                 json::to_string(root.type));
 
   // Metadata first: the optimizer it names decides which tensors must be present.
-  CheckpointState ckpt;
+  Header h;
+  CheckpointState& ckpt = h.ckpt;
   if (const json::Value* meta = root.find(kMetadataKey)) {
     if (meta->type != json::Type::object)
       MNIST_THROW(DataError, "'{}': {} at byte offset {} is {}, expected an object of strings",
@@ -403,6 +412,21 @@ CheckpointState load_checkpoint(const std::string& path, const Model& model) {
                 path, ckpt.metadata[kMetaConfigHash], expected_hash);
   ckpt.data_source = ckpt.metadata[kMetaDataSource];
 
+  h.root = root;
+  h.file_size = file_size;
+  h.data_size = data_size;
+  return h;
+}
+}  // namespace
+
+CheckpointState read_checkpoint_metadata(const std::string& path) { return read_header(path).ckpt; }
+
+CheckpointState load_checkpoint(const std::string& path, const Model& model) {
+  Header h = read_header(path);
+  const json::Value& root = h.root;
+  const uint64_t data_size = h.data_size, file_size = h.file_size;
+  CheckpointState ckpt = std::move(h.ckpt);
+  const std::string optimizer = ckpt.metadata[kMetaOptimizer];
   const bool adam = optimizer == "adam";
   ckpt.params.assign(model.param_count(), 0.0f);
   ckpt.state.assign(model.state_count(), 0.0f);
@@ -513,7 +537,9 @@ CheckpointState load_checkpoint(const std::string& path, const Model& model) {
                 "trailing bytes",
                 path, data_size, expected_begin, data_size - expected_begin);
 
-  // Everything checked: now the bytes.
+  // Everything checked: now the bytes, which start after the length field and the header.
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(file_size - data_size));
   std::string data(data_size, '\0');
   in.read(data.data(), static_cast<std::streamsize>(data_size));
   if (!in)

@@ -80,6 +80,10 @@ void save_checkpoint(const std::string& path, const Model& model, const Experime
 // check_resume_compatible for that.
 CheckpointState load_checkpoint(const std::string& path, const Model& model);
 
+// The header and metadata only, validated (no tensors, no model needed): `mnist-train eval` reads the
+// config the checkpoint was trained with from here before it can build the model.
+CheckpointState read_checkpoint_metadata(const std::string& path);
+
 // ---- what must match to resume ----------------------------------------------------------------
 
 // The settings that change the math of training, one "key=value" line each, in a fixed order:

@@ -50,7 +50,7 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
-enum Job : int { kNone, kTrain, kAverageState, kEvaluate, kFetch, kStop };
+enum Job : int { kNone, kTrain, kAverageState, kEvaluate, kFetch, kRestore, kStop };
 }  // namespace
 
 struct Trainer::Worker {
@@ -77,7 +77,7 @@ struct Trainer::Shared {
   std::vector<Worker> workers;
   // Results copied out by worker 0.
   float metrics[kMetricSlots] = {0, 0, 0};
-  std::vector<float> params, state;
+  std::vector<float> params, state, moment1, moment2;  // kFetch (worker 0) and kRestore (all)
   BackendFactory factory;
   TrainerOptions options;
 };
@@ -332,11 +332,23 @@ void Trainer::worker_main(int k) {
         if (k == 0) be.copy_to_host(sh.metrics, replica.metrics(), sizeof(sh.metrics));
       } else if (job == kFetch) {
         if (k == 0) {
-          sh.params.resize(model_.param_count());
+          const std::size_t n = model_.param_count();
+          sh.params.resize(n);
           sh.state.resize(model_.state_count());
-          be.copy_to_host(sh.params.data(), replica.params(), sh.params.size() * sizeof(float));
+          sh.moment1.resize(n);
+          sh.moment2.resize(n);
+          be.copy_to_host(sh.params.data(), replica.params(), n * sizeof(float));
           be.copy_to_host(sh.state.data(), replica.state(), sh.state.size() * sizeof(float));
+          be.copy_to_host(sh.moment1.data(), replica.moment1(), n * sizeof(float));
+          be.copy_to_host(sh.moment2.data(), replica.moment2(), n * sizeof(float));
         }
+      } else if (job == kRestore) {
+        const std::size_t n = model_.param_count();
+        be.copy_to_device(replica.params(), sh.params.data(), n * sizeof(float));
+        be.copy_to_device(replica.state(), sh.state.data(), sh.state.size() * sizeof(float));
+        be.copy_to_device(replica.moment1(), sh.moment1.data(), n * sizeof(float));
+        if (sh.moment2.empty()) be.fill(replica.moment2(), n, 0.0f);
+        else be.copy_to_device(replica.moment2(), sh.moment2.data(), n * sizeof(float));
       }
       // A training step stays queued on the device (no host round trip) unless its metrics
       // were read; every other job completes before the coordinator moves on.
@@ -466,6 +478,35 @@ std::vector<float> Trainer::params() {
 std::vector<float> Trainer::state() {
   dispatch(kFetch);
   return shared_->state;
+}
+
+Trainer::Snapshot Trainer::snapshot() {
+  if (experiment_.train.batch_norm == BatchNormMode::local) dispatch(kAverageState);
+  dispatch(kFetch);
+  Snapshot s;
+  s.step = next_step_;
+  s.params = shared_->params;
+  s.state = shared_->state;
+  s.moment1 = shared_->moment1;
+  if (experiment_.optimizer.kind == OptimizerKind::adam) s.moment2 = shared_->moment2;
+  return s;
+}
+
+void Trainer::restore(const Snapshot& s) {
+  const std::size_t n = model_.param_count();
+  MNIST_CHECK(s.params.size() == n && s.moment1.size() == n &&
+                  (s.moment2.empty() || s.moment2.size() == n) &&
+                  s.state.size() == model_.state_count(),
+              "snapshot sizes do not match the model ({} parameters, {} state values)", n,
+              model_.state_count());
+  MNIST_CHECK(s.step >= 0 && s.step <= plan_.steps, "snapshot step {} outside [0, {}]", s.step,
+              plan_.steps);
+  shared_->params = s.params;
+  shared_->state = s.state;
+  shared_->moment1 = s.moment1;
+  shared_->moment2 = s.moment2;
+  dispatch(kRestore);
+  next_step_ = s.step;
 }
 
 }  // namespace mnist

@@ -113,6 +113,16 @@ class Trainer {
   std::vector<float> params();
   std::vector<float> state();
 
+  // Everything a checkpoint holds: parameters, batch-norm running statistics (averaged over the
+  // replicas first with local batch norm), optimizer moments; `step` = steps completed.
+  struct Snapshot {
+    int64_t step = 0;
+    std::vector<float> params, state, moment1, moment2;
+  };
+  Snapshot snapshot();
+  // Loads a snapshot into every replica and continues from its step. Sizes must match the model.
+  void restore(const Snapshot& snapshot);
+
  private:
   struct Shared;
   struct Worker;

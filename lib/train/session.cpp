@@ -1,0 +1,131 @@
+#include "train/session.hpp"
+
+#include <cmath>
+
+#include "comm/thread_communicator.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "train/checkpoint.hpp"
+#include "train/run_log.hpp"
+
+namespace mnist {
+
+namespace {
+
+CheckpointState to_checkpoint(const Trainer::Snapshot& s, const Trainer& trainer, const Dataset& data,
+                              int replicas) {
+  // A checkpoint must hold the last good state: refuse to write non-finite parameters.
+  for (std::size_t i = 0; i < s.params.size(); ++i)
+    if (!std::isfinite(s.params[i]))
+      MNIST_THROW(DivergenceError,
+                  "step {}: parameter {} is {}; the run diverged (the previous checkpoint is kept)",
+                  s.step, i, s.params[i]);
+  CheckpointState c;
+  c.step = s.step;
+  c.epoch = static_cast<double>(s.step) * trainer.plan().global_batch / data.train.count;
+  c.data_source = data.provenance;
+  c.params = s.params;
+  c.state = s.state;
+  c.moment1 = s.moment1;
+  c.moment2 = s.moment2;
+  c.metadata["global_batch"] = std::to_string(trainer.plan().global_batch);
+  c.metadata["replicas"] = std::to_string(replicas);
+  return c;
+}
+
+}  // namespace
+
+SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& devices,
+                          const SessionOptions& options, std::shared_ptr<spdlog::logger> log) {
+  const Dataset data = load_dataset(experiment.data, experiment.model.classes);
+  log->info("data: {} ({} train / {} test images of {}x{}){}", data.name, data.train.count,
+            data.test.count, data.train.rows, data.train.cols,
+            data.provenance.empty() ? "" : "; source: " + data.provenance);
+  if (data.train.rows != experiment.model.input_h || data.train.cols != experiment.model.input_w)
+    MNIST_THROW(DataError, "{}: images are {}x{} but model.input is {}x{}", data.train.images_path,
+                data.train.rows, data.train.cols, experiment.model.input_h, experiment.model.input_w);
+  if (!devices.note.empty()) log->info("{}", devices.note);
+
+  RunLog run_log(experiment, log, true);
+  CheckpointDirectory checkpoints(run_log.dir(), experiment.checkpoint.keep, log);
+
+  // Resume: read (and validate) the checkpoint before any device is touched.
+  std::optional<CheckpointState> resume;
+  std::string resume_path;
+  if (options.resume == "auto") {
+    if (auto found = checkpoints.latest_valid(model)) {
+      resume = std::move(found->state);
+      resume_path = found->path;
+    } else {
+      log->info("--resume auto: no checkpoint in {}, starting from step 0", checkpoints.dir());
+    }
+  } else if (!options.resume.empty()) {
+    resume = load_checkpoint(options.resume, model);
+    resume_path = options.resume;
+  }
+  if (resume) {
+    if (options.force_resume) {
+      for (const std::string& d : math_config_differences(experiment, resume->metadata["math_config"]))
+        log->warn("--force-resume: {}", d);
+    } else {
+      check_resume_compatible(*resume, experiment, resume_path);
+    }
+  }
+
+  SessionResult result;
+  Trainer* trainer_ptr = nullptr;
+  TrainerOptions trainer_options = options.trainer;
+  trainer_options.checkpoint_every = experiment.checkpoint.every;
+  trainer_options.on_checkpoint = [&](int64_t) {
+    result.checkpoint = checkpoints.save(
+        model, experiment, to_checkpoint(trainer_ptr->snapshot(), *trainer_ptr, data, devices.workers()));
+    log->info("checkpoint {}", result.checkpoint);
+  };
+  ThreadCommunicator comm(devices.workers());
+  Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm, 0, trainer_options);
+  trainer_ptr = &trainer;
+  const BatchPlan& plan = trainer.plan();
+  log->info("devices: {}; {} steps, global batch {} ({} per replica){}", trainer.device_names(),
+            plan.steps, plan.global_batch, plan.slice_begin[1] - plan.slice_begin[0],
+            experiment.train.scale_lr_with_devices
+                ? fmt::format(", lr scaled x{}", devices.workers())
+                : "");
+  if (resume) {
+    const auto saved_batch = resume->metadata.find("global_batch");
+    if (saved_batch != resume->metadata.end() &&
+        saved_batch->second != std::to_string(plan.global_batch) && !options.force_resume)
+      MNIST_THROW(ConfigError,
+                  "{}: the checkpoint was trained with a global batch of {} but this run's is {} "
+                  "(devices or batch keys changed); use --force-resume to continue anyway",
+                  resume_path, saved_batch->second, plan.global_batch);
+    if (resume->step > plan.steps)
+      MNIST_THROW(ConfigError, "{}: the checkpoint is at step {}, beyond this run's {} steps",
+                  resume_path, resume->step, plan.steps);
+    Trainer::Snapshot s;
+    s.step = resume->step;
+    s.params = std::move(resume->params);
+    s.state = std::move(resume->state);
+    s.moment1 = std::move(resume->moment1);
+    s.moment2 = std::move(resume->moment2);
+    trainer.restore(s);
+    log->info("resumed from {} at step {}", resume_path, s.step);
+  }
+
+  result.summary = trainer.run(run_log);
+  result.checkpoint = checkpoints.save(
+      model, experiment, to_checkpoint(trainer.snapshot(), trainer, data, devices.workers()));
+  if (result.summary.stop_reason != kNoStop) {
+    result.outcome = result.summary.stop_reason == kStopRequeue ? SessionOutcome::requeue
+                                                                : SessionOutcome::interrupted;
+    log->warn("stopped at step {} of {} ({}); checkpoint {}; continue with --resume auto",
+              result.summary.steps, plan.steps,
+              result.outcome == SessionOutcome::requeue ? "SIGUSR1: requeue" : "interrupted",
+              result.checkpoint);
+    return result;
+  }
+  log->info("checkpoint {}", result.checkpoint);
+  run_log.finish(result.summary, trainer.device_names(), data.provenance);
+  return result;
+}
+
+}  // namespace mnist
