@@ -1,9 +1,11 @@
 // mnist-train: the command line. Parses arguments, loads and validates the experiment, runs it, and
 // maps exceptions to the exit codes documented in README ("Exit codes"). Nothing else lives here.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "build_info.hpp"
+#include "comm/process_group.hpp"
 #include "comm/thread_communicator.hpp"
 #include "config/experiment.hpp"
 #include "core/error.hpp"
@@ -58,7 +61,8 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
 
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   bool dry_run, const std::string& gpus, const std::string& log_format,
-                  spdlog::logger& log, std::shared_ptr<spdlog::logger> logger) {
+                  spdlog::logger& log, std::shared_ptr<spdlog::logger> logger,
+                  mnist::ProcessGroup& group) {
   std::vector<std::string> all = overrides;
   if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
@@ -66,8 +70,10 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   const mnist::Model model = mnist::Model::build(experiment.model);
   const mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, mnist::visible_gpus());
   if (dry_run) {
-    std::cout << mnist::to_yaml(experiment) << "\n" << model.summary() << "\n"
-              << "devices: " << devices.describe() << "\n";
+    if (group.rank() == 0)
+      std::cout << mnist::to_yaml(experiment) << "\n"
+                << model.summary() << "\n"
+                << "devices: " << devices.describe() << "\n";
     return kExitOk;
   }
   const mnist::Dataset data = mnist::load_dataset(experiment.data, experiment.model.classes);
@@ -79,21 +85,26 @@ int train_command(const std::string& config_path, const std::vector<std::string>
                 data.train.images_path, data.train.rows, data.train.cols, experiment.model.input_h,
                 experiment.model.input_w);
   if (!devices.note.empty()) log.info("{}", devices.note);
-  mnist::ThreadCommunicator comm(devices.workers());
-  mnist::Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm);
+  if (group.size() > 1)
+    for (const std::string& line :
+         mnist::agree_on_layout(group, devices.workers(), devices.describe()))
+      log.info("{}", line);
+  mnist::ThreadCommunicator comm(devices.workers(), group.upper_reduce(), group.size());
+  mnist::Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm,
+                         group.rank() * devices.workers());
   const mnist::BatchPlan& plan = trainer.plan();
   log.info("devices: {}; {} steps, global batch {} ({} per replica){}", trainer.device_names(),
            plan.steps, plan.global_batch, plan.slice_begin[1] - plan.slice_begin[0],
-           experiment.train.scale_lr_with_devices ? fmt::format(", lr scaled x{}", devices.workers()) : "");
-  mnist::RunLog run_log(experiment, std::move(logger), true);
+           experiment.train.scale_lr_with_devices
+               ? fmt::format(", lr scaled x{}", comm.global_size())
+               : "");
+  mnist::RunLog run_log(experiment, std::move(logger), group.rank() == 0);
   const mnist::TrainSummary summary = trainer.run(run_log);
   run_log.finish(summary, trainer.device_names(), data.provenance);
   return kExitOk;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   CLI::App app{"mnist-train: data-parallel CNN training on MNIST-format data (CPU and CUDA)"};
   app.set_version_flag("--version", version_text());
   std::string config_path, log_level = "info", log_format, gpus;
@@ -123,8 +134,15 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
 
+  const std::string who =
+      group.size() > 1 ? fmt::format("mnist-train: {}: ", group.label()) : "mnist-train: ";
   try {
     auto logger = make_logger(log_level);
+    if (group.size() > 1) {
+      // Every line says which process wrote it; ranks other than 0 keep only warnings and errors.
+      logger->set_pattern(fmt::format("[%H:%M:%S] {} %^%l%$ %v", group.label()));
+      if (group.rank() != 0) logger->set_level(std::max(logger->level(), spdlog::level::warn));
+    }
     if (*devices_cmd) {
       std::cout << mnist::describe_visible_gpus();
       return kExitOk;
@@ -138,21 +156,38 @@ int main(int argc, char** argv) {
       std::cerr << "mnist-train: --config FILE is required (see --help)\n";
       return kExitUsage;
     }
-    return train_command(config_path, overrides, dry_run, gpus, log_format, *logger, logger);
+    return train_command(config_path, overrides, dry_run, gpus, log_format, *logger, logger, group);
   } catch (const mnist::UsageError& e) {
-    std::cerr << "mnist-train: " << e.what() << "\n";
+    std::cerr << who << e.what() << "\n";
     return kExitUsage;
   } catch (const mnist::ConfigError& e) {
-    std::cerr << "mnist-train: config error: " << e.what() << "\n";
+    std::cerr << who << "config error: " << e.what() << "\n";
     return kExitUsage;
   } catch (const mnist::DataError& e) {
-    std::cerr << "mnist-train: data error: " << e.what() << "\n";
+    std::cerr << who << "data error: " << e.what() << "\n";
     return kExitUsage;
   } catch (const mnist::DivergenceError& e) {
-    std::cerr << "mnist-train: diverged: " << e.what() << "\n";
+    std::cerr << who << "diverged: " << e.what() << "\n";
     return kExitDiverged;
+  } catch (const std::exception& e) {
+    std::cerr << who << "error: " << e.what() << "\n";
+    return kExitRuntime;
+  }
+}
+
+}  // namespace
+
+// Under mpirun/srun a rank that fails may leave the others waiting in a collective it never
+// reaches, so after printing its error it ends the whole job (MPI_Abort) with its exit code.
+int main(int argc, char** argv) {
+  std::unique_ptr<mnist::ProcessGroup> group;
+  try {
+    group = mnist::ProcessGroup::create(&argc, &argv);  // first: MPI may consume its arguments
   } catch (const std::exception& e) {
     std::cerr << "mnist-train: error: " << e.what() << "\n";
     return kExitRuntime;
   }
+  const int code = run_cli(argc, argv, *group);
+  if (code != kExitOk && group->size() > 1) group->abort(code);
+  return code;
 }
