@@ -134,6 +134,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
 
+  // One write per message: under mpirun several ranks share the terminal.
   const std::string who =
       group.size() > 1 ? fmt::format("mnist-train: {}: ", group.label()) : "mnist-train: ";
   try {
@@ -158,19 +159,19 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
     }
     return train_command(config_path, overrides, dry_run, gpus, log_format, *logger, logger, group);
   } catch (const mnist::UsageError& e) {
-    std::cerr << who << e.what() << "\n";
+    std::cerr << who + e.what() + "\n";
     return kExitUsage;
   } catch (const mnist::ConfigError& e) {
-    std::cerr << who << "config error: " << e.what() << "\n";
+    std::cerr << who + "config error: " + e.what() + "\n";
     return kExitUsage;
   } catch (const mnist::DataError& e) {
-    std::cerr << who << "data error: " << e.what() << "\n";
+    std::cerr << who + "data error: " + e.what() + "\n";
     return kExitUsage;
   } catch (const mnist::DivergenceError& e) {
-    std::cerr << who << "diverged: " << e.what() << "\n";
+    std::cerr << who + "diverged: " + e.what() + "\n";
     return kExitDiverged;
   } catch (const std::exception& e) {
-    std::cerr << who << "error: " << e.what() << "\n";
+    std::cerr << who + "error: " + e.what() + "\n";
     return kExitRuntime;
   }
 }

@@ -135,12 +135,12 @@ TEST_CASE("without MPI, a launcher of one process runs as a single rank", "[mpi]
 }
 #endif
 
-TEST_CASE("without MPI, a launch of several processes is refused, not run as N copies", "[mpi]") {
+TEST_CASE("a multi-process launch without MPI is refused with the count and launcher", "[mpi]") {
   LaunchInfo launch;
   launch.launcher = "Open MPI mpirun (OMPI_COMM_WORLD_SIZE=3)";
   launch.size = 3;
   launch.rank = 1;
-  const std::string message = without_mpi_message(launch);
+  const std::string message = without_mpi_message(launch);  // checked in every build
   CHECK_THAT(message, Contains("built without MPI") && Contains("3 processes") &&
                           Contains("each train alone") && Contains("rank 1") &&
                           Contains("OMPI_COMM_WORLD_SIZE=3"));
