@@ -85,10 +85,12 @@ int train_command(const std::string& config_path, const std::vector<std::string>
                 data.train.images_path, data.train.rows, data.train.cols, experiment.model.input_h,
                 experiment.model.input_w);
   if (!devices.note.empty()) log.info("{}", devices.note);
-  if (group.size() > 1)
+  if (group.size() > 1) {
+    mnist::check_same_run(group, experiment, data);
     for (const std::string& line :
          mnist::agree_on_layout(group, devices.workers(), devices.describe()))
       log.info("{}", line);
+  }
   mnist::ThreadCommunicator comm(devices.workers(), group.upper_reduce(), group.size());
   mnist::Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm,
                          group.rank() * devices.workers());

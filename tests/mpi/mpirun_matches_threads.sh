@@ -2,7 +2,8 @@
 # Two processes under mpirun (one CPU worker each) must train exactly like one process with two CPU
 # workers on the same global batch: same seed, same sampler, dropout keyed by global sample index,
 # batch norm synchronised over the global batch, so only the order of float additions may differ.
-# Also checks that a rank that fails ends the whole job instead of leaving the other one hanging.
+# Also checks that a rank that fails ends the whole job instead of leaving the other one hanging,
+# and that ranks with different worker counts, settings or data are refused.
 #
 #   tests/mpi/mpirun_matches_threads.sh MNIST_TRAIN SOURCE_DIR [MPIEXEC]
 #
@@ -144,8 +145,43 @@ set -e
 grep -q "rank 0 runs 1 local workers but rank 1 runs 2" "$work/uneven.log" ||
   fail "the worker-count mismatch is not explained"
 
+# A rank with other settings or other data would train a different model: refused on every rank.
+set +e
+timeout 120 "$mpiexec" --oversubscribe --bind-to none $([[ "$(id -u)" == 0 ]] && echo --allow-run-as-root) \
+  -np 1 "$bin" "${common[@]}" --set devices.cpu_workers=1 --set output.dir="$work/other" : \
+  -np 1 "$bin" "${common[@]}" --set devices.cpu_workers=1 --set output.dir="$work/other" \
+  --set optimizer.lr=0.002 > "$work/config.log" 2>&1
+code=$?
+set -e
+[[ $code == 2 ]] || fail "ranks with different optimizer.lr: exit $code, expected 2 (config error)"
+grep -q "rank 1 (.*) resolved a different experiment than rank 0" "$work/config.log" ||
+  fail "the differing experiment is not explained"
+
+other="$work/other-data"
+mkdir -p "$other"
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  if [[ -f data/mnist/$f ]]; then cp "data/mnist/$f" "$other/$f"; else gzip -dc "data/mnist/$f.gz" > "$other/$f"; fi
+done
+# One pixel of the last training image changed, as by a copy that went wrong.
+last=$(($(stat -c %s "$other/train-images-idx3-ubyte") - 1))
+byte=$(od -An -tu1 -j "$last" -N1 "$other/train-images-idx3-ubyte" | tr -d ' ')
+printf "\\$(printf '%03o' $(( byte == 0 ? 1 : 0 )))" |
+  dd of="$other/train-images-idx3-ubyte" bs=1 seek="$last" conv=notrunc status=none
+cmp -s "$other/train-images-idx3-ubyte" <(cat data/mnist/train-images-idx3-ubyte 2>/dev/null ||
+  gzip -dc data/mnist/train-images-idx3-ubyte.gz) && fail "the altered copy of the data is unchanged"
+set +e
+timeout 120 "$mpiexec" --oversubscribe --bind-to none $([[ "$(id -u)" == 0 ]] && echo --allow-run-as-root) \
+  -np 1 "$bin" "${common[@]}" --set devices.cpu_workers=1 --set output.dir="$work/other" : \
+  -np 1 "$bin" "${common[@]}" --set devices.cpu_workers=1 --set output.dir="$work/other" \
+  --set data.dir="$other" > "$work/data.log" 2>&1
+code=$?
+set -e
+[[ $code == 2 ]] || fail "ranks with different data: exit $code, expected 2 (data error)"
+grep -q "rank 1 (.*) loaded different data than rank 0" "$work/data.log" ||
+  fail "the differing data is not explained"
+
 if [[ $status != 0 ]]; then
-  for f in mpi fail uneven; do echo "---- $f.log" >&2; cat "$work/$f.log" >&2; done
+  for f in mpi fail uneven config data; do echo "---- $f.log" >&2; cat "$work/$f.log" >&2; done
   exit 1
 fi
 echo "PASS"
