@@ -109,7 +109,7 @@ std::string without_mpi_message(const LaunchInfo& launch) {
   const std::string count = launch.size > 0 ? std::to_string(launch.size) : "several";
   return fmt::format(
       "this mnist-train was built without MPI, but {} started it as {} processes (this is rank "
-      "{}); the {} processes would each train alone on the whole batch. Rebuild with MPI "
+      "{}); the {} processes would each train alone. Rebuild with MPI "
       "(Debian: libopenmpi-dev; cmake -DMNIST_MPI=ON), or run a single process and use "
       "devices.cpu_workers / devices.gpus for parallelism",
       launch.launcher, count, launch.rank, count);
