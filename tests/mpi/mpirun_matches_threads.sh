@@ -39,6 +39,9 @@ fi
 # Containers often forbid the cross-process memory copy (CMA) OpenMPI's shared-memory transport
 # tries first; plain copies through shared memory work everywhere.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Ranks waiting in a collective yield the core instead of spinning: with more ranks than free cores
+# (CI, a shared build box) spinning halves the speed of the rank being waited for.
+export OMPI_MCA_mpi_yield_when_idle=1
 
 # 2 replicas x 48 = global batch 96; 100 steps (enough to leave chance accuracy), evaluation at
 # step 50 and at the end.
