@@ -4,8 +4,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "config/experiment.hpp"
 #include "core/error.hpp"
