@@ -1,6 +1,7 @@
 // mnist-train: the command line. Parses arguments, loads and validates the experiment, runs it, and
 // maps exceptions to the exit codes documented in README ("Exit codes"). Nothing else lives here.
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "build_info.hpp"
+#include "comm/process_group.hpp"
 #include "config/experiment.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -99,7 +101,8 @@ mnist::DevicePlan device_plan(const mnist::Experiment& experiment) {
 
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   bool dry_run, const std::string& gpus, const std::string& log_format,
-                  const std::string& resume, bool force_resume, std::shared_ptr<spdlog::logger> log) {
+                  const std::string& resume, bool force_resume, std::shared_ptr<spdlog::logger> log,
+                  mnist::ProcessGroup& group) {
   std::vector<std::string> all = overrides;
   if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
@@ -107,8 +110,10 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   const mnist::Model model = mnist::Model::build(experiment.model);
   const mnist::DevicePlan devices = device_plan(experiment);
   if (dry_run) {
-    std::cout << mnist::to_yaml(experiment) << "\n" << model.summary() << "\n"
-              << "devices: " << devices.describe() << "\n";
+    if (group.rank() == 0)
+      std::cout << mnist::to_yaml(experiment) << "\n"
+                << model.summary() << "\n"
+                << "devices: " << devices.describe() << "\n";
     return kExitOk;
   }
   mnist::SessionOptions options;
@@ -116,7 +121,8 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   options.force_resume = force_resume;
   options.trainer.stop_requested = [] { return g_stop.load(); };
   install_signal_handlers();
-  const mnist::SessionResult result = mnist::run_session(experiment, model, devices, options, log);
+  const mnist::SessionResult result =
+      mnist::run_session(experiment, model, devices, options, std::move(log), group);
   switch (result.outcome) {
     case mnist::SessionOutcome::completed: return kExitOk;
     case mnist::SessionOutcome::interrupted: return kExitInterrupted;
@@ -211,9 +217,7 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   return kExitOk;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   CLI::App app{"mnist-train: data-parallel CNN training on MNIST-format data (CPU and CUDA)"};
   app.set_version_flag("--version", version_text());
   std::string config_path, log_level = "info", log_format, gpus;
@@ -267,8 +271,16 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
 
+  // One write per message: under mpirun several ranks share the terminal.
+  const std::string who =
+      group.size() > 1 ? fmt::format("mnist-train: {}: ", group.label()) : "mnist-train: ";
   try {
     auto logger = make_logger(log_level);
+    if (group.size() > 1) {
+      // Every line says which process wrote it; ranks other than 0 keep only warnings and errors.
+      logger->set_pattern(fmt::format("[%H:%M:%S] {} %^%l%$ %v", group.label()));
+      if (group.rank() != 0) logger->set_level(std::max(logger->level(), spdlog::level::warn));
+    }
     if (*devices_cmd) {
       std::cout << mnist::describe_visible_gpus();
       return kExitOk;
@@ -288,21 +300,39 @@ int main(int argc, char** argv) {
       std::cerr << "mnist-train: --config FILE is required (see --help)\n";
       return kExitUsage;
     }
-    return train_command(config_path, overrides, dry_run, gpus, log_format, resume, force_resume, logger);
+    return train_command(config_path, overrides, dry_run, gpus, log_format, resume, force_resume,
+                         logger, group);
   } catch (const mnist::UsageError& e) {
-    std::cerr << "mnist-train: " << e.what() << "\n";
+    std::cerr << who + e.what() + "\n";
     return kExitUsage;
   } catch (const mnist::ConfigError& e) {
-    std::cerr << "mnist-train: config error: " << e.what() << "\n";
+    std::cerr << who + "config error: " + e.what() + "\n";
     return kExitUsage;
   } catch (const mnist::DataError& e) {
-    std::cerr << "mnist-train: data error: " << e.what() << "\n";
+    std::cerr << who + "data error: " + e.what() + "\n";
     return kExitUsage;
   } catch (const mnist::DivergenceError& e) {
-    std::cerr << "mnist-train: diverged: " << e.what() << "\n";
+    std::cerr << who + "diverged: " + e.what() + "\n";
     return kExitDiverged;
+  } catch (const std::exception& e) {
+    std::cerr << who + "error: " + e.what() + "\n";
+    return kExitRuntime;
+  }
+}
+
+}  // namespace
+
+// Under mpirun/srun a rank that fails may leave the others waiting in a collective it never
+// reaches, so after printing its error it ends the whole job (MPI_Abort) with its exit code.
+int main(int argc, char** argv) {
+  std::unique_ptr<mnist::ProcessGroup> group;
+  try {
+    group = mnist::ProcessGroup::create(&argc, &argv);  // first: MPI may consume its arguments
   } catch (const std::exception& e) {
     std::cerr << "mnist-train: error: " << e.what() << "\n";
     return kExitRuntime;
   }
+  const int code = run_cli(argc, argv, *group);
+  if (code != kExitOk && group->size() > 1) group->abort(code);
+  return code;
 }

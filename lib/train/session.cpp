@@ -36,7 +36,8 @@ CheckpointState to_checkpoint(const Trainer::Snapshot& s, const Trainer& trainer
 }  // namespace
 
 SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& devices,
-                          const SessionOptions& options, std::shared_ptr<spdlog::logger> log) {
+                          const SessionOptions& options, std::shared_ptr<spdlog::logger> log,
+                          ProcessGroup& group) {
   const Dataset data = load_dataset(experiment.data, experiment.model.classes);
   log->info("data: {} ({} train / {} test images of {}x{}){}", data.name, data.train.count,
             data.test.count, data.train.rows, data.train.cols,
@@ -45,8 +46,16 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
     MNIST_THROW(DataError, "{}: images are {}x{} but model.input is {}x{}", data.train.images_path,
                 data.train.rows, data.train.cols, experiment.model.input_h, experiment.model.input_w);
   if (!devices.note.empty()) log->info("{}", devices.note);
+  if (group.size() > 1) {
+    check_same_run(group, experiment, data);
+    for (const std::string& line : agree_on_layout(group, devices.workers(), devices.describe()))
+      log->info("{}", line);
+  }
+  const bool rank0 = group.rank() == 0;
+  const int replicas = devices.workers() * group.size();
 
-  RunLog run_log(experiment, log, true);
+  RunLog run_log(experiment, log, rank0);
+  // Every rank reads checkpoints (to resume); rank 0 alone writes them.
   CheckpointDirectory checkpoints(run_log.dir(), experiment.checkpoint.keep, log);
 
   // Resume: read (and validate) the checkpoint before any device is touched.
@@ -75,21 +84,38 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
   SessionResult result;
   Trainer* trainer_ptr = nullptr;
   TrainerOptions trainer_options = options.trainer;
+  if (group.size() > 1 && options.trainer.stop_requested) {
+    // A signal may reach one rank only; every rank must stop after the same step, so the request is
+    // agreed with a (tiny) collective after each step. Workers are idle then: no concurrent MPI use.
+    trainer_options.stop_requested = [&group, local = options.trainer.stop_requested] {
+      const int mine = local();
+      float votes[2] = {mine == kStopInterrupt ? 1.0f : 0.0f, mine == kStopRequeue ? 1.0f : 0.0f};
+      group.all_reduce_sum(votes, 2);
+      return votes[1] > 0 ? kStopRequeue : votes[0] > 0 ? kStopInterrupt : kNoStop;
+    };
+  }
   trainer_options.checkpoint_every = experiment.checkpoint.every;
-  trainer_options.on_checkpoint = [&](int64_t) {
-    result.checkpoint = checkpoints.save(
-        model, experiment, to_checkpoint(trainer_ptr->snapshot(), *trainer_ptr, data, devices.workers()));
-    log->info("checkpoint {}", result.checkpoint);
+  // Every rank takes the snapshot (a collective with local batch norm); rank 0 writes it, and the
+  // others wait for the write so a checkpoint exists on disk before any rank moves on.
+  auto save = [&](Trainer& trainer) {
+    const Trainer::Snapshot snapshot = trainer.snapshot();
+    std::string path;
+    if (rank0) path = checkpoints.save(model, experiment, to_checkpoint(snapshot, trainer, data, replicas));
+    group.barrier();
+    return path;
   };
-  ThreadCommunicator comm(devices.workers());
-  Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm, 0, trainer_options);
+  trainer_options.on_checkpoint = [&](int64_t) {
+    result.checkpoint = save(*trainer_ptr);
+    if (rank0) log->info("checkpoint {}", result.checkpoint);
+  };
+  ThreadCommunicator comm(devices.workers(), group.upper_reduce(), group.size());
+  Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm,
+                  group.rank() * devices.workers(), trainer_options);
   trainer_ptr = &trainer;
   const BatchPlan& plan = trainer.plan();
   log->info("devices: {}; {} steps, global batch {} ({} per replica){}", trainer.device_names(),
             plan.steps, plan.global_batch, plan.slice_begin[1] - plan.slice_begin[0],
-            experiment.train.scale_lr_with_devices
-                ? fmt::format(", lr scaled x{}", devices.workers())
-                : "");
+            experiment.train.scale_lr_with_devices ? fmt::format(", lr scaled x{}", replicas) : "");
   if (resume) {
     const auto saved_batch = resume->metadata.find("global_batch");
     if (saved_batch != resume->metadata.end() &&
@@ -112,18 +138,17 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
   }
 
   result.summary = trainer.run(run_log);
-  result.checkpoint = checkpoints.save(
-      model, experiment, to_checkpoint(trainer.snapshot(), trainer, data, devices.workers()));
+  result.checkpoint = save(trainer);
   if (result.summary.stop_reason != kNoStop) {
     result.outcome = result.summary.stop_reason == kStopRequeue ? SessionOutcome::requeue
                                                                 : SessionOutcome::interrupted;
-    log->warn("stopped at step {} of {} ({}); checkpoint {}; continue with --resume auto",
+    if (rank0) log->warn("stopped at step {} of {} ({}); checkpoint {}; continue with --resume auto",
               result.summary.steps, plan.steps,
               result.outcome == SessionOutcome::requeue ? "SIGUSR1: requeue" : "interrupted",
               result.checkpoint);
     return result;
   }
-  log->info("checkpoint {}", result.checkpoint);
+  if (rank0) log->info("checkpoint {}", result.checkpoint);
   run_log.finish(result.summary, trainer.device_names(), data.provenance);
   return result;
 }

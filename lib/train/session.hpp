@@ -9,6 +9,7 @@
 
 #include <spdlog/logger.h>
 
+#include "comm/process_group.hpp"
 #include "config/experiment.hpp"
 #include "model/model.hpp"
 #include "train/device_plan.hpp"
@@ -36,7 +37,10 @@ struct SessionResult {
   std::string checkpoint;  // the last checkpoint written ("" if none)
 };
 
+// `group`: the processes of the run (size 1 without a launcher). Every rank trains its local
+// workers; rank 0 alone writes the run directory and checkpoints.
 SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& devices,
-                          const SessionOptions& options, std::shared_ptr<spdlog::logger> log);
+                          const SessionOptions& options, std::shared_ptr<spdlog::logger> log,
+                          ProcessGroup& group);
 
 }  // namespace mnist
