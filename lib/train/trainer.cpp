@@ -47,9 +47,6 @@ BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size) {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 enum Job : int { kNone, kTrain, kAverageState, kEvaluate, kFetch, kRestore, kStop };
 }  // namespace
 

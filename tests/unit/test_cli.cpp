@@ -36,7 +36,7 @@ std::string temp_file(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("--dry-run validates, prints the layer table and exits 0", "[cli]") {
+TEST_CASE("dry run validates, prints the layer table and exits 0", "[cli]") {
   const Result r = run_cli("--config configs/seed_single_gpu.yaml --dry-run");
   INFO(r.output);
   CHECK(r.code == 0);
@@ -90,7 +90,7 @@ TEST_CASE("missing data files are a data error (exit 2) that says how to fetch t
   CHECK(r.output.find("fetch_data.sh") != std::string::npos);
 }
 
-TEST_CASE("--version names the version and every optional part", "[cli]") {
+TEST_CASE("the version flag names the version and every optional part", "[cli]") {
   const Result r = run_cli("--version");
   INFO(r.output);
   CHECK(r.code == 0);
@@ -120,7 +120,7 @@ TEST_CASE("a short CPU run writes the run directory and exits 0", "[cli]") {
   CHECK(eval_lines == 1);
 }
 
-TEST_CASE("--log-format seed prints the seed's Step:N:loss acc lines", "[cli]") {
+TEST_CASE("the seed log format prints Step:N:loss acc lines", "[cli]") {
   const auto dir = std::filesystem::temp_directory_path() / "mnist-train-cli-seed";
   const Result r = run_cli(
       "--config configs/cpu_quickstart.yaml --set train.steps=2 --set train.log_every=1 "
