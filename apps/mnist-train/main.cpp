@@ -11,7 +11,6 @@
 #include <spdlog/spdlog.h>
 
 #include "build_info.hpp"
-#include "comm/thread_communicator.hpp"
 #include "config/experiment.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -19,6 +18,7 @@
 #include "model/model.hpp"
 #include "train/device_plan.hpp"
 #include "train/benchmark.hpp"
+#include "train/communicators.hpp"
 #include "train/run_log.hpp"
 #include "train/trainer.hpp"
 
@@ -82,8 +82,8 @@ int train_command(const std::string& config_path, const std::vector<std::string>
                 data.train.images_path, data.train.rows, data.train.cols, experiment.model.input_h,
                 experiment.model.input_w);
   if (!devices.note.empty()) log.info("{}", devices.note);
-  mnist::ThreadCommunicator comm(devices.workers());
-  mnist::Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm);
+  const std::unique_ptr<mnist::Communicator> comm = mnist::make_communicator(devices);
+  mnist::Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), *comm);
   const mnist::BatchPlan& plan = trainer.plan();
   log.info("devices: {}; {} steps, global batch {} ({} per replica){}", trainer.device_names(),
            plan.steps, plan.global_batch, plan.slice_begin[1] - plan.slice_begin[0],
