@@ -276,14 +276,17 @@ TEST_CASE("50 steps on the GPU follow the CPU's loss curve from the same initial
   const Run gpu = train(on_gpus("0", base));
   REQUIRE(cpu.losses.size() == 50);
   REQUIRE(gpu.losses.size() == 50);
-  // Tolerance: the kernels sum in different orders (float rounding, ~1e-6 relative per op), and
-  // Adam's normalisation can turn a rounding-sized gradient into an lr-sized step, so differences
-  // grow with the steps; 1e-3 + 1% of the loss covers that growth over 50 steps while a wrong
-  // kernel (a missing term, a wrong scale) moves the curve by far more from the first step on.
+  // Tolerance: the kernels sum in different orders (float rounding, ~1e-7 relative per op) and
+  // Adam can turn a rounding-sized gradient into an lr-sized step, so differences may grow with
+  // the steps. Measured on the CPU, reordering the sums (1 vs 3 workers, sync batch norm) moves
+  // this 50-step curve (2.237 -> 1.667) by at most 2.4e-7; the bound below is thousands of times
+  // that, yet a wrong kernel (a missing term, a wrong scale) moves the curve by far more.
   CHECK(std::abs(cpu.losses[0] - gpu.losses[0]) <= 1e-4 * std::max(1.0, cpu.losses[0]));
   for (std::size_t i = 0; i < cpu.losses.size(); ++i) {
     INFO("step " << i + 1 << ": cpu " << cpu.losses[i] << ", gpu " << gpu.losses[i]);
-    CHECK(std::abs(cpu.losses[i] - gpu.losses[i]) <= 1e-3 + 1e-2 * std::abs(cpu.losses[i]));
+    CHECK(std::abs(cpu.losses[i] - gpu.losses[i]) <= 1e-3 + 1e-3 * std::abs(cpu.losses[i]));
   }
+  // Both learn: the CPU's loss falls by a quarter over these steps.
+  CHECK(gpu.losses.back() < 0.85 * gpu.losses.front());
   CHECK(std::abs(cpu.eval.accuracy - gpu.eval.accuracy) <= 0.03);
 }
