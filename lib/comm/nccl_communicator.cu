@@ -90,18 +90,22 @@ void NcclCommunicator::init(const NcclIdBytes& id_bytes) {
 
   int previous_device = 0;
   MNIST_CUDA_CHECK(cudaGetDevice(&previous_device));
+  bool in_group = false;
   try {
     // One group: NCCL sets up all local ranks together (one thread, several GPUs).
     MNIST_NCCL_CHECK(ncclGroupStart(), nullptr, gpus_[0], first_rank_, world_size_);
+    in_group = true;
     for (int k = 0; k < local; ++k) {
       MNIST_CUDA_CHECK(cudaSetDevice(gpus_[k]));
       MNIST_NCCL_CHECK(
           ncclCommInitRankConfig(&ranks_->comms[k], world_size_, id, first_rank_ + k, &config),
           nullptr, gpus_[k], first_rank_ + k, world_size_);
     }
+    in_group = false;
     MNIST_NCCL_CHECK(ncclGroupEnd(), nullptr, gpus_[0], first_rank_, world_size_);
     for (int k = 0; k < local; ++k) wait_ready(k, "ncclCommInitRankConfig", true);
   } catch (...) {
+    if (in_group) ncclGroupEnd();  // a group left open would swallow this thread's next calls
     cudaSetDevice(previous_device);
     abort();  // frees whatever ranks were made
     throw;
