@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One command for a machine with a GPU (H200, sm_90): build (or reuse a build), run the GPU tests,
 # compute-sanitizer memcheck + racecheck on a fast subset, a short training run (plain and under
-# memcheck) and the benchmark, within a 6-minute budget. Full logs go to $OUT (when set) or
-# <build>/gpu_check/; a summary of a few lines (PASS/FAIL/SKIP/TIMEOUT per stage and the key figures)
-# is printed LAST.
+# memcheck), the two_gpu config on every GPU (NCCL) and on one shared GPU, and the benchmark,
+# within a 6-minute budget. Full logs go to $OUT (when set) or <build>/gpu_check/; a summary of a
+# few lines (PASS/FAIL/SKIP/TIMEOUT per stage and the key figures) is printed LAST.
 #
 # Usage: scripts/gpu_check.sh [BUILD_DIR]     (or BUILD_DIR=... scripts/gpu_check.sh)
 #   A BUILD_DIR that already holds tests/gpu_tests is reused as is (the GPU machine may lack the
@@ -168,6 +168,24 @@ else
   else
     record train_memcheck SKIP "compute-sanitizer not found"
   fi
+fi
+
+# ---- NCCL and the shared GPU: the two_gpu config on every visible GPU, and two workers on GPU 0 ---
+CONFIG2="$ROOT/configs/two_gpu.yaml"
+if [[ ! -x $TRAIN || ! -f $CONFIG2 ]]; then
+  record nccl_all_gpus SKIP "needs $TRAIN and $CONFIG2"
+  record shared_gpu SKIP "needs $TRAIN and $CONFIG2"
+else
+  NGPU=$("$TRAIN" devices 2>/dev/null | grep -c '^gpu[0-9]')
+  run_stage nccl_all_gpus 60 "$LOG_DIR/nccl_all_gpus.log" "$TRAIN" --config "$CONFIG2" \
+    --set devices.backend=cuda --set devices.gpus=all --set train.steps=50
+  detail="$NGPU GPU(s): $(grep -iE 'step' "$LOG_DIR/nccl_all_gpus.log" | tail -n1)"
+  # With one GPU there is nothing to average between GPUs: say so instead of claiming NCCL ran.
+  ((NGPU < 2)) && detail="only $NGPU GPU: NCCL between GPUs NOT exercised (gpu_tests check one rank); $detail"
+  record nccl_all_gpus "$STATUS" "$detail"
+  run_stage shared_gpu 60 "$LOG_DIR/shared_gpu.log" "$TRAIN" --config "$CONFIG2" \
+    --set devices.backend=cuda --set 'devices.gpus=[0,0]' --set train.steps=50
+  record shared_gpu "$STATUS" "$(grep -iE 'step' "$LOG_DIR/shared_gpu.log" | tail -n1)"
 fi
 
 # ---- benchmark -----------------------------------------------------------------------------------

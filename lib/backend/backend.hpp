@@ -28,6 +28,10 @@ class Backend {
   virtual DeviceKind kind() const = 0;
   // Name used in logs and errors: "cpu0", "gpu1 (NVIDIA H200, 0000:19:00.0)".
   virtual std::string name() const = 0;
+  // The stream every call of this backend is ordered on, as an opaque handle (a cudaStream_t for
+  // CUDA, nullptr for the CPU backend), so communicators can order their collectives with the
+  // backend's kernels without CUDA types in this header. Valid for the backend's lifetime.
+  virtual void* stream_handle() const { return nullptr; }
 
   // ---- memory (bytes) -------------------------------------------------------------------------
   virtual void* allocate(std::size_t bytes) = 0;  // throws RuntimeError naming size and free memory

@@ -2,10 +2,12 @@
 
 #include <cmath>
 
+#include "comm/gpu_communicators.hpp"
 #include "comm/thread_communicator.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "train/checkpoint.hpp"
+#include "train/communicators.hpp"
 #include "train/run_log.hpp"
 
 namespace mnist {
@@ -33,11 +35,38 @@ CheckpointState to_checkpoint(const Trainer::Snapshot& s, const Trainer& trainer
   return c;
 }
 
+// The communicator of this process's workers. Across processes: CPU workers reduce locally, then
+// with MPI; GPU workers join one NCCL communicator whose id rank 0 broadcasts with MPI.
+std::unique_ptr<Communicator> make_run_communicator(const DevicePlan& devices, ProcessGroup& group) {
+  if (devices.kind == DeviceKind::cpu)
+    return std::make_unique<ThreadCommunicator>(devices.workers(), group.upper_reduce(), group.size());
+  if (group.size() == 1) return make_communicator(devices);
+  NcclIdBytes id{};
+  if (group.rank() == 0) id = make_nccl_id();
+  group.broadcast(id.data(), id.size(), 0);
+  return make_nccl_communicator(devices.gpus, id, group.rank() * devices.workers(),
+                                group.size() * devices.workers());
+}
+
 }  // namespace
 
-SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& devices,
+SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& plan,
                           const SessionOptions& options, std::shared_ptr<spdlog::logger> log,
                           ProcessGroup& group) {
+  // Several processes on one node share its GPUs: each takes an equal, disjoint part of the list,
+  // chosen by its node-local rank.
+  DevicePlan devices = plan;
+  if (devices.kind == DeviceKind::cuda && group.local_size() > 1) {
+    const int total = static_cast<int>(devices.gpus.size()), parts = group.local_size();
+    if (total % parts != 0)
+      MNIST_THROW(ConfigError,
+                  "devices.gpus: {} GPUs cannot be shared evenly by the {} processes on {}; start "
+                  "one process per node, or as many as divide the GPU count",
+                  total, parts, group.host());
+    const int each = total / parts;
+    devices.gpus = std::vector<int>(devices.gpus.begin() + group.local_rank() * each,
+                                    devices.gpus.begin() + (group.local_rank() + 1) * each);
+  }
   const Dataset data = load_dataset(experiment.data, experiment.model.classes);
   log->info("data: {} ({} train / {} test images of {}x{}){}", data.name, data.train.count,
             data.test.count, data.train.rows, data.train.cols,
@@ -108,12 +137,13 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
     result.checkpoint = save(*trainer_ptr);
     if (rank0) log->info("checkpoint {}", result.checkpoint);
   };
-  ThreadCommunicator comm(devices.workers(), group.upper_reduce(), group.size());
-  Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), comm,
+  std::unique_ptr<Communicator> comm = make_run_communicator(devices, group);
+  Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), *comm,
                   group.rank() * devices.workers(), trainer_options);
   trainer_ptr = &trainer;
   const BatchPlan& plan = trainer.plan();
-  log->info("devices: {}; {} steps, global batch {} ({} per replica){}", trainer.device_names(),
+  log->info("devices: {} ({}); {} steps, global batch {} ({} per replica){}", trainer.device_names(),
+            comm->name(),
             plan.steps, plan.global_batch, plan.slice_begin[1] - plan.slice_begin[0],
             experiment.train.scale_lr_with_devices ? fmt::format(", lr scaled x{}", replicas) : "");
   if (resume) {

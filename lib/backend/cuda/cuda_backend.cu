@@ -128,6 +128,9 @@ class CudaBackend final : public Backend {
   std::string name() const override {
     return name_;
   }
+  void* stream_handle() const override {
+    return static_cast<void*>(stream_);
+  }
 
   // ---- memory ---------------------------------------------------------------------------------
   void* allocate(std::size_t bytes) override {
