@@ -50,12 +50,12 @@ std::unique_ptr<Communicator> make_run_communicator(const DevicePlan& devices, P
 
 }  // namespace
 
-SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& plan,
+SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& device_plan,
                           const SessionOptions& options, std::shared_ptr<spdlog::logger> log,
                           ProcessGroup& group) {
   // Several processes on one node share its GPUs: each takes an equal, disjoint part of the list,
   // chosen by its node-local rank.
-  DevicePlan devices = plan;
+  DevicePlan devices = device_plan;
   if (devices.kind == DeviceKind::cuda && group.local_size() > 1) {
     const int total = static_cast<int>(devices.gpus.size()), parts = group.local_size();
     if (total % parts != 0)
