@@ -131,45 +131,50 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   return kExitRuntime;
 }
 
-// The experiment a checkpoint was trained with, from its own metadata.
-mnist::Experiment checkpoint_experiment(const std::string& path) {
+// A trained model ready for inference: the experiment it was trained with (from the checkpoint's own
+// metadata), its weights, and one backend of the devices that experiment would use.
+struct Inference {
+  mnist::Experiment experiment;
+  std::unique_ptr<mnist::Model> model;
+  mnist::CheckpointState checkpoint;
+  std::unique_ptr<mnist::Backend> backend;
+};
+
+Inference load_for_inference(const std::string& path, const std::string& data_dir = "") {
+  Inference inf;
   const mnist::CheckpointState meta = mnist::read_checkpoint_metadata(path);
-  return mnist::parse_experiment(meta.metadata.at(mnist::kMetaConfig), path + " (embedded config)");
+  inf.experiment = mnist::parse_experiment(meta.metadata.at(mnist::kMetaConfig), path + " (embedded config)");
+  if (!data_dir.empty()) {
+    inf.experiment.data.dir = data_dir;
+    inf.experiment.data.train_images = inf.experiment.data.train_labels = "";
+    inf.experiment.data.test_images = inf.experiment.data.test_labels = "";
+  }
+  inf.model = std::make_unique<mnist::Model>(mnist::Model::build(inf.experiment.model));
+  inf.checkpoint = mnist::load_checkpoint(path, *inf.model);
+  mnist::DevicePlan devices = device_plan(inf.experiment);
+  devices.gpus.resize(std::min<std::size_t>(devices.gpus.size(), 1));
+  inf.backend = devices.factory()(0);
+  return inf;
 }
 
 int eval_command(const std::string& checkpoint, const std::string& data_dir, spdlog::logger& log) {
-  mnist::Experiment experiment = checkpoint_experiment(checkpoint);
-  if (!data_dir.empty()) {
-    experiment.data.dir = data_dir;
-    experiment.data.train_images = experiment.data.train_labels = "";
-    experiment.data.test_images = experiment.data.test_labels = "";
-  }
-  const mnist::Model model = mnist::Model::build(experiment.model);
-  const mnist::CheckpointState ckpt = mnist::load_checkpoint(checkpoint, model);
-  const mnist::Dataset data = mnist::load_dataset(experiment.data, experiment.model.classes);
-  mnist::DevicePlan devices = device_plan(experiment);
-  devices.gpus.resize(std::min<std::size_t>(devices.gpus.size(), 1));
-  std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
-  log.info("evaluating {} (step {}) on {} with {}", checkpoint, ckpt.step, data.test.images_path,
-           backend->name());
+  Inference inf = load_for_inference(checkpoint, data_dir);
+  const mnist::Dataset data = mnist::load_dataset(inf.experiment.data, inf.experiment.model.classes);
+  log.info("evaluating {} (step {}) on {} with {}", checkpoint, inf.checkpoint.step,
+           data.test.images_path, inf.backend->name());
   const mnist::EvaluationReport report =
-      mnist::evaluate_model(model, *backend, ckpt.params, ckpt.state, data.test, experiment.train.eval_batch);
+      mnist::evaluate_model(*inf.model, *inf.backend, inf.checkpoint.params, inf.checkpoint.state,
+                            data.test, inf.experiment.train.eval_batch);
   std::cout << mnist::format_report(report);
   return kExitOk;
 }
 
-int predict_command(const std::string& checkpoint, const std::vector<std::string>& images,
-                    spdlog::logger& log) {
-  const mnist::Experiment experiment = checkpoint_experiment(checkpoint);
-  const mnist::Model model = mnist::Model::build(experiment.model);
-  const mnist::CheckpointState ckpt = mnist::load_checkpoint(checkpoint, model);
-  mnist::DevicePlan devices = device_plan(experiment);
-  devices.gpus.resize(std::min<std::size_t>(devices.gpus.size(), 1));
-  std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
+int predict_command(const std::string& checkpoint, const std::vector<std::string>& images) {
+  Inference inf = load_for_inference(checkpoint);
   for (const std::string& path : images) {
     const mnist::ImageSet set = mnist::read_images_for_prediction(path);
-    log.debug("{}: {} images", path, set.count);
-    const auto probs = mnist::predict_probabilities(model, *backend, ckpt.params, ckpt.state, set);
+    const auto probs = mnist::predict_probabilities(*inf.model, *inf.backend, inf.checkpoint.params,
+                                                    inf.checkpoint.state, set);
     for (int i = 0; i < set.count; ++i) {
       const auto& p = probs[i];
       const int best = static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
@@ -291,7 +296,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       return kExitOk;
     }
     if (*eval_cmd) return eval_command(checkpoint_path, eval_data, *logger);
-    if (*predict_cmd) return predict_command(checkpoint_path, predict_images, *logger);
+    if (*predict_cmd) return predict_command(checkpoint_path, predict_images);
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
       return bench_command(config_path, overrides, bench_options, bench_engines, bench_json);
