@@ -109,8 +109,6 @@ else
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMNIST_MPI=OFF "${EXTRA[@]}"
   if [[ $STATUS == PASS ]]; then
     TARGETS=(gpu_tests mnist-train)
-    # bench/CMakeLists.txt defines mnist-bench only once bench/ has sources.
-    compgen -G "$ROOT/bench/*.cpp" >/dev/null && TARGETS+=(mnist-bench)
     run_stage build 180 "$LOG_DIR/build.log" cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}"
     record build "$STATUS" "$(grep -m1 -E 'error:|FAILED:' "$LOG_DIR/build.log" || echo "targets: ${TARGETS[*]}")"
   else
@@ -122,7 +120,7 @@ fi
 if [[ -x $GPU_TESTS ]]; then
   missing=$(ldd "$GPU_TESTS" 2>/dev/null | grep "not found" | awk '{print $1}' | tr '\n' ' ')
   [[ -n $missing ]] && note "gpu_tests cannot find shared libraries: $missing"
-  run_stage gpu_tests 120 "$LOG_DIR/gpu_tests.log" "$GPU_TESTS" --durations yes
+  run_stage gpu_tests 180 "$LOG_DIR/gpu_tests.log" "$GPU_TESTS" --durations yes
   figure=$(grep -E "^(All tests passed|test cases:)" "$LOG_DIR/gpu_tests.log" | tail -n1)
   if ((RC == 77)); then
     STATUS=FAIL
@@ -189,12 +187,20 @@ else
 fi
 
 # ---- benchmark -----------------------------------------------------------------------------------
-BENCH="$BUILD_DIR/bin/mnist-bench"
-if [[ -x $BENCH ]]; then
-  run_stage bench 45 "$LOG_DIR/bench.log" "$BENCH"
-  record bench "$STATUS" "$(tail -n 3 "$LOG_DIR/bench.log" | tr '\n' ' ')"
+# Every CUDA engine at batch 1024 (samples/s and the per-layer split), then eager PyTorch on the
+# same network and batch where PyTorch is installed, for the speed-up figure.
+if [[ -x $TRAIN ]]; then
+  run_stage bench 60 "$LOG_DIR/bench.log" "$TRAIN" --config "$ROOT/configs/seed_single_gpu.yaml" \
+    --set devices.backend=cuda bench --batch 1024 --steps 50
+  record bench "$STATUS" "$(grep -E '^engine' "$LOG_DIR/bench.log" | sed -E 's/, replica memory.*//' | tr '\n' ';')"
 else
-  record bench SKIP "$BENCH not built (no bench sources yet)"
+  record bench SKIP "$TRAIN not built"
+fi
+if python3 -c "import torch" 2>/dev/null; then
+  run_stage bench_pytorch 60 "$LOG_DIR/bench_pytorch.log" python3 "$ROOT/scripts/bench_pytorch.py" --batch 1024 --steps 50
+  record bench_pytorch "$STATUS" "$(tail -n 1 "$LOG_DIR/bench_pytorch.log")"
+else
+  record bench_pytorch SKIP "PyTorch not importable"
 fi
 
 # ---- summary (last) ------------------------------------------------------------------------------
