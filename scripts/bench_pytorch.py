@@ -14,8 +14,9 @@ from torch import nn
 
 def seed_network() -> nn.Module:
     # configs/seed_single_gpu.yaml: conv 5x5x6 same + BN + relu, pool 2, conv 5x5x12 same + BN + relu,
-    # pool 2, dense 100 + BN + relu, dropout 0.5, dense 10. BN without scale (TF-slim's default),
-    # no bias under BN, momentum 0.1 (= decay 0.9), eps 1e-3.
+    # pool 2, dense 100 + BN + relu, dropout 0.5, dense 10; no bias under BN, momentum 0.1
+    # (= decay 0.9), eps 1e-3. PyTorch's BN learns gamma with beta (affine), the seed's only beta:
+    # 118 more parameters, no measurable work.
     def bn2d(c):
         return nn.BatchNorm2d(c, eps=1e-3, momentum=0.1, affine=True)
 
