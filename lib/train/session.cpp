@@ -1,5 +1,6 @@
 #include "train/session.hpp"
 
+#include <chrono>
 #include <cmath>
 
 #include "comm/gpu_communicators.hpp"
@@ -67,9 +68,11 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
     devices.gpus = std::vector<int>(devices.gpus.begin() + group.local_rank() * each,
                                     devices.gpus.begin() + (group.local_rank() + 1) * each);
   }
+  const auto load_start = std::chrono::steady_clock::now();
   const Dataset data = load_dataset(experiment.data, experiment.model.classes);
-  log->info("data: {} ({} train / {} test images of {}x{}){}", data.name, data.train.count,
-            data.test.count, data.train.rows, data.train.cols,
+  log->info("data: {} ({} train / {} test images of {}x{}, read in {:.2f} s){}", data.name,
+            data.train.count, data.test.count, data.train.rows, data.train.cols,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
             data.provenance.empty() ? "" : "; source: " + data.provenance);
   if (data.train.rows != experiment.model.input_h || data.train.cols != experiment.model.input_w)
     MNIST_THROW(DataError, "{}: images are {}x{} but model.input is {}x{}", data.train.images_path,
