@@ -148,7 +148,11 @@ TEST_CASE("softmax cross-entropy matches the CPU (loss, accuracy, gradient)", "[
           random_floats(static_cast<std::size_t>(n) * k, 31 + n, -5.0f, 5.0f);
       if (k >= 6) logits[2] = logits[5] = 9.0f;  // a tie in row 0: the lowest index wins
       auto d_logits = upload(g, logits);
-      auto labels = upload(g, random_ints(n, 32 + n, 0, k - 1));
+      std::vector<int32_t> host_labels = random_ints(n, 32 + n, 0, k - 1);
+      // Row 0's label is the HIGHER tied index: only the lowest-index rule counts it wrong, so a
+      // kernel breaking the tie the other way changes the correct count by one and fails.
+      if (k >= 6) host_labels[0] = 5;
+      auto labels = upload(g, host_labels);
       auto metrics = upload(g, std::vector<float>{1.0f, 2.0f, 3.0f});  // accumulated into
       auto dlogits = poisoned(g, logits.size());
       const float grad_scale = 1.0f / 1024.0f;

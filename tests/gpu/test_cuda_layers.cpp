@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -121,6 +123,8 @@ TEST_CASE("max_pool forward and backward match the CPU", "[gpu][max_pool]") {
       {"2x2 stride 2, odd input", 5, 9, 7, 2, 2, 0, 4, 3},
       {"3x3 stride 2 pad 1 (overlapping)", 3, 9, 9, 3, 2, 1, 5, 5},
       {"3x3 stride 1 pad 1 (heavy overlap)", 2, 7, 6, 3, 1, 1, 7, 6},
+      // pad >= size: the first window row and column lie wholly in the padding (argmax -1).
+      {"2x2 stride 2 pad 2 (windows all padding)", 2, 3, 5, 2, 2, 2, 3, 4},
   };
   for (const PoolCase& pc : cases) {
     for (int n : kSizes) {
@@ -278,6 +282,72 @@ TEST_CASE("batch norm kernels match the CPU on every engine", "[gpu][batch_norm]
                                       group, dx.g());
           expect_close(g, dx, 1e-5, 1e-4, "batch_norm_backward_apply");
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d runs every smaller batch in the workspace sized for the largest",
+          "[gpu][conv2d][workspace]") {
+  // The model sizes ONE workspace per backend from conv2d_workspace_floats at its largest batch
+  // (max of the training slice and the eval batch) and then runs smaller batches in it (eval
+  // tails, a training slice below the eval batch). An engine that picks, for a smaller batch, an
+  // algorithm needing more scratch would write past the buffer: a guard zone right after it must
+  // come back untouched, and the results must still match the CPU.
+  const ConvCase cases[] = {
+      {"seed conv1", 1, 28, 28, 6, 5, 5, 1, 2, 2, 28, 28, {}},
+      {"seed conv2", 6, 14, 14, 12, 5, 5, 1, 2, 2, 14, 14, {}},
+  };
+  const int max_batch = 1000;
+  constexpr std::size_t kGuard = 1 << 20;  // floats after the workspace
+  const float sentinel = -12345.5f;
+  for (const std::string& engine : engines()) {
+    // A fresh backend: nothing cached from the other tests' calls at these sizes.
+    mnist::BackendOptions options;
+    options.engine = engine;
+    const std::unique_ptr<Backend> fresh = mnist::make_cuda_backend(0, options);
+    Backend& g = *fresh;
+    for (const ConvCase& cc : cases) {
+      const std::size_t ws =
+          std::max<std::size_t>(1, g.conv2d_workspace_floats(geom(cc, max_batch)));
+      mnist::DeviceBuffer<float> ws_gpu(g, ws + kGuard);
+      g.fill(ws_gpu.data() + ws, kGuard, sentinel);
+      for (int n : {max_batch, 1, 7, 33, 255, 257}) {
+        INFO("engine " << engine << ", " << cc.label << ", n " << n << " in a workspace for "
+                       << max_batch);
+        const mnist::Conv2dGeom geo = geom(cc, n);
+        const std::size_t x_size = static_cast<std::size_t>(n) * cc.c * cc.h * cc.w;
+        const std::size_t y_size = static_cast<std::size_t>(n) * cc.k * cc.out_h * cc.out_w;
+        const std::size_t w_size = static_cast<std::size_t>(cc.k) * cc.c * cc.kh * cc.kw;
+        auto x = upload(g, random_floats(x_size, 500 + n, -1.0f, 1.0f));
+        auto w = upload(g, random_floats(w_size, 501 + n, -1.0f, 1.0f));
+        auto b = upload(g, random_floats(cc.k, 502 + n, -1.0f, 1.0f));
+        auto dy = upload(g, random_floats(y_size, 503 + n, -1.0f, 1.0f));
+        mnist::DeviceBuffer<float> ws_cpu(
+            cpu(), std::max<std::size_t>(1, cpu().conv2d_workspace_floats(geo)));
+        const double patch = static_cast<double>(cc.c) * cc.kh * cc.kw;
+        const double positions = static_cast<double>(n) * cc.out_h * cc.out_w;
+        auto y = poisoned(g, y_size);
+        cpu().conv2d_forward(geo, x.c(), w.c(), b.c(), y.c(), ws_cpu.data());
+        g.conv2d_forward(geo, x.g(), w.g(), b.g(), y.g(), ws_gpu.data());
+        expect_close(g, y, sum_atol(patch + 1), 1e-5, "conv2d_forward");
+        auto dx = poisoned(g, x_size);
+        cpu().conv2d_backward_data(geo, dy.c(), w.c(), dx.c(), ws_cpu.data());
+        g.conv2d_backward_data(geo, dy.g(), w.g(), dx.g(), ws_gpu.data());
+        expect_close(g, dx, sum_atol(cc.k * cc.kh * cc.kw), 1e-5, "conv2d_backward_data");
+        auto dw = poisoned(g, w_size);
+        auto db = poisoned(g, cc.k);
+        cpu().conv2d_backward_weights(geo, x.c(), dy.c(), dw.c(), db.c(), ws_cpu.data());
+        g.conv2d_backward_weights(geo, x.g(), dy.g(), dw.g(), db.g(), ws_gpu.data());
+        expect_close(g, dw, sum_atol(positions), 1e-5, "conv2d_backward_weights dweight");
+        expect_close(g, db, sum_atol(positions), 1e-5, "conv2d_backward_weights dbias");
+
+        std::vector<float> guard(kGuard);
+        g.copy_to_host(guard.data(), ws_gpu.data() + ws, kGuard * sizeof(float));
+        const auto overwritten =
+            std::count_if(guard.begin(), guard.end(), [&](float v) { return v != sentinel; });
+        INFO(overwritten << " floats written past the workspace of " << ws);
+        CHECK(overwritten == 0);
       }
     }
   }

@@ -85,6 +85,20 @@ class CudaBackend final : public Backend {
                   visible_gpus_text(count), cuda_versions(), cuda_visible_devices_description());
     }
     engine_ = parse_engine(options.engine, ordinal);
+    // A constructor that throws runs no destructor: free what was made so far, so a failed start
+    // (out of memory, a cuBLAS/cuDNN init failure) does not leak a stream and handles on the GPU.
+    try {
+      acquire();
+    } catch (...) {
+      release_all();
+      throw;
+    }
+  }
+
+  ~CudaBackend() override { release_all(); }
+
+ private:
+  void acquire() {
     MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
     cudaDeviceProp prop{};
     MNIST_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
@@ -107,8 +121,8 @@ class CudaBackend final : public Backend {
     MNIST_CUDA_CHECK(cudaMallocHost(&flag_host_, sizeof(int)));
   }
 
-  ~CudaBackend() override {
-    // Destructors never throw: errors here are ignored (the device may already be in a bad state).
+  void release_all() noexcept {
+    // Never throws: errors here are ignored (the device may already be in a bad state).
     cudaSetDevice(ordinal_);
     if (stream_) cudaStreamSynchronize(stream_);
 #if MNIST_HAVE_CUDNN
@@ -122,6 +136,7 @@ class CudaBackend final : public Backend {
     cudaGetLastError();
   }
 
+ public:
   DeviceKind kind() const override {
     return DeviceKind::cuda;
   }

@@ -17,6 +17,7 @@ struct CudnnConv2d::Plan {
   cudnnConvolutionBwdDataAlgo_t data_algo{};
   cudnnConvolutionBwdFilterAlgo_t filter_algo{};
   std::size_t workspace_bytes = 0;
+  Conv2dGeom geom;  // the geometry this plan was made for
 
   ~Plan() {
     // Destructors never throw: a failure to destroy a descriptor is not actionable here.
@@ -30,18 +31,29 @@ struct CudnnConv2d::Plan {
 
 namespace {
 
-// Heuristics rank the algorithms; take the first that works, preferring deterministic ones so two
-// runs of the same experiment match bit for bit.
-template <class Perf>
-auto pick(const Perf* results, int count, const char* what) {
+// Heuristics rank the algorithms; take the first that works and whose workspace fits
+// `limit_bytes` (`bytes(algo)` asks cuDNN), preferring deterministic ones so two runs of the same
+// experiment match bit for bit. Returns false when none fits.
+template <class Perf, class Algo, class Bytes>
+bool pick(const Perf* results, int count, std::size_t limit_bytes, Bytes bytes, Algo* algo,
+          std::size_t* algo_bytes) {
   for (int pass = 0; pass < 2; ++pass) {
     for (int i = 0; i < count; ++i) {
       if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (pass == 0 && results[i].determinism != CUDNN_DETERMINISTIC) continue;
-      return results[i].algo;
+      const std::size_t need = bytes(results[i].algo);
+      if (need > limit_bytes) continue;
+      *algo = results[i].algo;
+      *algo_bytes = need;
+      return true;
     }
   }
-  MNIST_THROW(RuntimeError, "cuDNN offers no usable {} algorithm for this convolution", what);
+  return false;
+}
+
+std::array<int, 12> shape_key(const Conv2dGeom& g) {
+  return {g.c,        g.h,        g.w,     g.k,     g.kh,    g.kw,
+          g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.out_h, g.out_w};
 }
 
 }  // namespace
@@ -66,6 +78,10 @@ CudnnConv2d::Plan& CudnnConv2d::plan(const Conv2dGeom& g) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   auto p = std::make_unique<Plan>();
+  p->geom = g;
+  // cuDNN refuses empty tensors (BAD_PARAM); the native kernels handle them, so fall back.
+  if (g.n <= 0 || g.c <= 0 || g.k <= 0 || g.out_h <= 0 || g.out_w <= 0)
+    return *plans_.emplace(key, std::move(p)).first->second;
   MNIST_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
   MNIST_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
   MNIST_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
@@ -82,35 +98,73 @@ CudnnConv2d::Plan& CudnnConv2d::plan(const Conv2dGeom& g) {
   MNIST_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));
   int n = 0, c = 0, h = 0, w = 0;
   MNIST_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &n, &c, &h, &w));
-  p->supported = (h == g.out_h && w == g.out_w && g.n > 0);
-  if (p->supported) {
-    MNIST_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n,
-                                                 g.k, g.out_h, g.out_w));
-    MNIST_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.k, 1, 1));
-    constexpr int kMaxAlgos = 16;
-    int count = 0;
-    cudnnConvolutionFwdAlgoPerf_t fwd[kMaxAlgos];
-    MNIST_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle_, p->x, p->w, p->conv, p->y,
-                                                             kMaxAlgos, &count, fwd));
-    p->fwd_algo = pick(fwd, count, "forward");
-    cudnnConvolutionBwdDataAlgoPerf_t data[kMaxAlgos];
-    MNIST_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, p->w, p->y, p->conv,
-                                                                  p->x, kMaxAlgos, &count, data));
-    p->data_algo = pick(data, count, "backward-data");
-    cudnnConvolutionBwdFilterAlgoPerf_t filter[kMaxAlgos];
-    MNIST_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        handle_, p->x, p->y, p->conv, p->w, kMaxAlgos, &count, filter));
-    p->filter_algo = pick(filter, count, "backward-filter");
-    std::size_t fwd_bytes = 0, data_bytes = 0, filter_bytes = 0;
-    MNIST_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle_, p->x, p->w, p->conv, p->y,
-                                                              p->fwd_algo, &fwd_bytes));
-    MNIST_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-        handle_, p->w, p->y, p->conv, p->x, p->data_algo, &data_bytes));
-    MNIST_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        handle_, p->x, p->y, p->conv, p->w, p->filter_algo, &filter_bytes));
-    p->workspace_bytes = std::max({fwd_bytes, data_bytes, filter_bytes});
+  if (h != g.out_h || w != g.out_w) return *plans_.emplace(key, std::move(p)).first->second;
+  MNIST_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, g.n, g.k,
+                                               g.out_h, g.out_w));
+  MNIST_CUDNN_CHECK(
+      cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, g.k, 1, 1));
+  // Callers size ONE workspace from workspace_floats() at their largest batch and then run smaller
+  // batches (eval tails, a training slice below the eval batch) in it. cuDNN may pick another
+  // algorithm with a LARGER workspace for a smaller batch, and it trusts the size we pass, so a
+  // plan for a shape that was promised a workspace must fit in it; otherwise use the native
+  // kernels, whose workspace only shrinks with the batch.
+  const auto promised = promised_bytes_.find(shape_key(g));
+  const std::size_t limit =
+      promised == promised_bytes_.end() ? static_cast<std::size_t>(-1) : promised->second;
+  constexpr int kMaxAlgos = 16;
+  int count = 0;
+  std::size_t fwd_bytes = 0, data_bytes = 0, filter_bytes = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[kMaxAlgos];
+  MNIST_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle_, p->x, p->w, p->conv, p->y,
+                                                           kMaxAlgos, &count, fwd));
+  const bool fwd_ok = pick(
+      fwd, count, limit,
+      [&](cudnnConvolutionFwdAlgo_t algo) {
+        std::size_t bytes = 0;
+        MNIST_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle_, p->x, p->w, p->conv,
+                                                                  p->y, algo, &bytes));
+        return bytes;
+      },
+      &p->fwd_algo, &fwd_bytes);
+  cudnnConvolutionBwdDataAlgoPerf_t data[kMaxAlgos];
+  MNIST_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, p->w, p->y, p->conv, p->x,
+                                                                kMaxAlgos, &count, data));
+  const bool data_ok = pick(
+      data, count, limit,
+      [&](cudnnConvolutionBwdDataAlgo_t algo) {
+        std::size_t bytes = 0;
+        MNIST_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle_, p->w, p->y, p->conv,
+                                                                       p->x, algo, &bytes));
+        return bytes;
+      },
+      &p->data_algo, &data_bytes);
+  cudnnConvolutionBwdFilterAlgoPerf_t filter[kMaxAlgos];
+  MNIST_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle_, p->x, p->y, p->conv,
+                                                                  p->w, kMaxAlgos, &count, filter));
+  const bool filter_ok = pick(
+      filter, count, limit,
+      [&](cudnnConvolutionBwdFilterAlgo_t algo) {
+        std::size_t bytes = 0;
+        MNIST_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            handle_, p->x, p->y, p->conv, p->w, algo, &bytes));
+        return bytes;
+      },
+      &p->filter_algo, &filter_bytes);
+  if (!fwd_ok || !data_ok || !filter_ok) {
+    // Nothing within the budget is not an error when a budget applies (the native kernels run);
+    // with no budget it means cuDNN has no algorithm at all for this convolution.
+    MNIST_CHECK(promised != promised_bytes_.end(),
+                "cuDNN offers no usable {} algorithm for the convolution n={} c={} {}x{} -> k={} "
+                "{}x{} (kernel {}x{}, stride {}x{}, pad {}x{})",
+                !fwd_ok    ? "forward"
+                : !data_ok ? "backward-data"
+                           : "backward-filter",
+                g.n, g.c, g.h, g.w, g.k, g.out_h, g.out_w, g.kh, g.kw, g.stride_h, g.stride_w,
+                g.pad_h, g.pad_w);
+    return *plans_.emplace(key, std::move(p)).first->second;
   }
+  p->workspace_bytes = std::max({fwd_bytes, data_bytes, filter_bytes});
+  p->supported = true;
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
@@ -120,7 +174,18 @@ bool CudnnConv2d::supports(const Conv2dGeom& g) {
 
 std::size_t CudnnConv2d::workspace_floats(const Conv2dGeom& g) {
   const Plan& p = plan(g);
-  return (p.workspace_bytes + sizeof(float) - 1) / sizeof(float);
+  // From now on every batch size of this shape must run in this much (see plan()). Plans already
+  // made for this shape with a larger workspace are dropped and re-made within the promise.
+  std::size_t& promised = promised_bytes_[shape_key(g)];
+  promised = std::max(promised, p.workspace_bytes);
+  for (auto it = plans_.begin(); it != plans_.end();) {
+    const Conv2dGeom& other = it->second->geom;
+    if (shape_key(other) == shape_key(g) && it->second->workspace_bytes > promised)
+      it = plans_.erase(it);
+    else
+      ++it;
+  }
+  return (promised + sizeof(float) - 1) / sizeof(float);
 }
 
 void CudnnConv2d::forward(const Conv2dGeom& g, const float* x, const float* weight,

@@ -25,7 +25,10 @@ class CudnnConv2d {
   // cuDNN pads symmetrically; a geometry whose out_h/out_w needs one more bottom/right row (SAME
   // with an even kernel) is not expressible, and the backend uses the native kernels for it.
   bool supports(const Conv2dGeom& g);
-  std::size_t workspace_floats(const Conv2dGeom& g);  // largest of the three algorithms' needs
+  // The largest of the three algorithms' needs, and a promise: every later call for this shape at
+  // any batch size n runs within the largest workspace returned for the shape (plans that would
+  // need more use the native kernels instead; supports() then says false).
+  std::size_t workspace_floats(const Conv2dGeom& g);
 
   void forward(const Conv2dGeom& g, const float* x, const float* weight, const float* bias,
                float* y, float* workspace);
@@ -41,6 +44,8 @@ class CudnnConv2d {
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t handle_ = nullptr;
   std::map<std::array<int, 13>, std::unique_ptr<Plan>> plans_;
+  // Shape without n -> the largest workspace (bytes) workspace_floats() reported for it.
+  std::map<std::array<int, 12>, std::size_t> promised_bytes_;
 };
 
 }  // namespace mnist::cuda

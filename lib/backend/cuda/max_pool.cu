@@ -35,9 +35,11 @@ __global__ void max_pool_forward_kernel(PoolGeom g, const float* x, float* y, in
         }
       }
     }
-    // A window entirely in the padding cannot occur for valid geometry; write something defined.
+    // A window entirely in the padding (pad >= size) has no winner: output 0 and argmax -1, as the
+    // CPU twin writes. (It used to write argmax 0, a real pixel, which differed from the oracle;
+    // backward only visits windows that cover a pixel, so -1 is never matched there.)
     y[i] = best_index < 0 ? 0.0f : best;
-    argmax[i] = best_index < 0 ? 0 : best_index;
+    argmax[i] = best_index;
   }
 }
 
