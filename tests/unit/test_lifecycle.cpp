@@ -94,7 +94,6 @@ class Child {
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
-    started_ = Clock::now();
   }
   ~Child() {
     if (pid_ > 0 && !reaped_) {
@@ -106,7 +105,6 @@ class Child {
   Child& operator=(const Child&) = delete;
 
   pid_t pid() const { return pid_; }
-  Clock::time_point started() const { return started_; }
   std::string output() const { return read_text(log_); }
   void signal(int sig) const { REQUIRE(::kill(pid_, sig) == 0); }
 
@@ -151,7 +149,6 @@ class Child {
   pid_t pid_ = -1;
   int status_ = 0;
   bool reaped_ = false;
-  Clock::time_point started_;
 };
 
 struct Ran {
