@@ -196,6 +196,12 @@ if [[ -x $TRAIN ]]; then
 else
   record bench SKIP "$TRAIN not built"
 fi
+if [[ -x $TRAIN ]]; then
+  # The per-step gradient all-reduce over every GPU present (NCCL with 2+, one rank otherwise).
+  run_stage allreduce 60 "$LOG_DIR/allreduce.log" "$TRAIN" --config "$ROOT/configs/two_gpu.yaml" \
+    --set devices.backend=cuda --set devices.gpus=all bench --allreduce --steps 1000
+  record allreduce "$STATUS" "$(grep -m1 '^all-reduce' "$LOG_DIR/allreduce.log")"
+fi
 if python3 -c "import torch" 2>/dev/null; then
   run_stage bench_pytorch 60 "$LOG_DIR/bench_pytorch.log" python3 "$ROOT/scripts/bench_pytorch.py" --batch 1024 --steps 50
   record bench_pytorch "$STATUS" "$(tail -n 1 "$LOG_DIR/bench_pytorch.log")"

@@ -25,6 +25,7 @@
 #include "train/device_plan.hpp"
 #include "train/benchmark.hpp"
 #include "train/checkpoint.hpp"
+#include "train/communicators.hpp"
 #include "train/evaluation.hpp"
 #include "train/session.hpp"
 
@@ -186,9 +187,20 @@ int predict_command(const std::string& checkpoint, const std::vector<std::string
 }
 
 int bench_command(const std::string& config_path, const std::vector<std::string>& overrides,
-                  const mnist::BenchmarkOptions& options, const std::string& engines, bool json) {
+                  const mnist::BenchmarkOptions& options, const std::string& engines, bool json,
+                  bool allreduce) {
   const mnist::Experiment experiment = mnist::load_experiment(config_path, overrides);
   const mnist::Model model = mnist::Model::build(experiment.model);
+  if (allreduce) {
+    // The communication of one training step: the flat gradient buffer plus the metric slots,
+    // over every worker of the config's device plan.
+    const mnist::DevicePlan devices = device_plan(experiment);
+    std::unique_ptr<mnist::Communicator> comm = mnist::make_communicator(devices);
+    std::cout << mnist::format_allreduce(mnist::run_allreduce_benchmark(
+        devices.factory(), devices.workers(), *comm, model.param_count() + mnist::kMetricSlots,
+        std::max(options.steps, 100)));
+    return kExitOk;
+  }
   std::string why_no_gpu;
   const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
   mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
@@ -260,6 +272,9 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
   bench_cmd->add_option("--engines", bench_engines, "CUDA engines to compare, e.g. native,cublas,cudnn");
   bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
+  bool bench_allreduce = false;
+  bench_cmd->add_flag("--allreduce", bench_allreduce,
+                      "time only the per-step gradient all-reduce over the config's devices");
   CLI::App* eval_cmd = app.add_subcommand("eval", "test loss, accuracy, per-class accuracy and confusion matrix of a checkpoint");
   std::string checkpoint_path, eval_data;
   eval_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
@@ -299,7 +314,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
     if (*predict_cmd) return predict_command(checkpoint_path, predict_images);
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
-      return bench_command(config_path, overrides, bench_options, bench_engines, bench_json);
+      return bench_command(config_path, overrides, bench_options, bench_engines, bench_json,
+                           bench_allreduce);
     }
     if (config_path.empty()) {
       std::cerr << "mnist-train: --config FILE is required (see --help)\n";

@@ -17,6 +17,7 @@ struct GpuInfo {
   std::string uuid;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
   int cc_major = 0, cc_minor = 0;
   std::size_t free_bytes = 0, total_bytes = 0;
+  std::vector<int> peers;  // ordinals this GPU can access peer-to-peer
 };
 
 // Number of GPUs visible to CUDA. Any error of cudaGetDeviceCount (no driver, no device) counts as

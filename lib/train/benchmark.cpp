@@ -2,6 +2,9 @@
 
 #include <chrono>
 
+#include <thread>
+
+#include "comm/communicator.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "model/replica.hpp"
@@ -110,6 +113,59 @@ BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOp
   r.device_bytes = replica.device_bytes();
   r.flops_per_sample = model.flops_per_sample();
   return r;
+}
+
+AllReduceResult run_allreduce_benchmark(const std::function<std::unique_ptr<Backend>(int)>& factory,
+                                        int workers, Communicator& comm, std::size_t count,
+                                        int iterations) {
+  MNIST_CHECK(workers >= 1 && iterations >= 1 && count >= 1, "bad all-reduce benchmark request");
+  double seconds = 0;
+  std::vector<std::string> errors(workers);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < workers; ++k) {
+    threads.emplace_back([&, k] {
+      try {
+        std::unique_ptr<Backend> be = factory(k);
+        DeviceBuffer<float> buffer(*be, count);
+        be->fill(buffer.data(), count, 1.0f);
+        for (int i = 0; i < 5; ++i) comm.all_reduce_sum(k, *be, buffer.data(), count);
+        be->synchronize();
+        comm.all_reduce_sum(k, *be, buffer.data(), 1);  // line the workers up
+        be->synchronize();
+        const auto start = Clock::now();
+        for (int i = 0; i < iterations; ++i) comm.all_reduce_sum(k, *be, buffer.data(), count);
+        be->synchronize();
+        if (k == 0) seconds = ms_between(start, Clock::now()) / 1000.0;
+      } catch (const std::exception& e) {
+        errors[k] = e.what();
+        comm.abort();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < workers; ++k)
+    if (!errors[k].empty() && errors[k].find("aborted") == std::string::npos)
+      MNIST_THROW(RuntimeError, "all-reduce benchmark, worker {}: {}", k, errors[k]);
+  AllReduceResult r;
+  r.communicator = comm.name();
+  r.workers = workers;
+  r.floats = count;
+  r.iterations = iterations;
+  r.us_per_call = seconds * 1e6 / iterations;
+  r.algbw_gb_s = count * sizeof(float) / (seconds / iterations) / 1e9;
+  r.busbw_gb_s = r.algbw_gb_s * 2.0 * (workers - 1) / workers;
+  return r;
+}
+
+std::string format_allreduce(const AllReduceResult& r) {
+  if (r.workers == 1 && r.us_per_call < 1.0)
+    return fmt::format("all-reduce ({}, 1 worker): nothing to reduce ({:.2f} us/call)\n",
+                       r.communicator, r.us_per_call);
+  return fmt::format(
+      "all-reduce ({}, {} workers): {} floats ({:.1f} KiB), {} calls: {:.1f} us/call, algbw {:.2f} "
+      "GB/s, busbw {:.2f} GB/s\n",
+      r.communicator, r.workers, r.floats, r.floats * 4 / 1024.0, r.iterations, r.us_per_call,
+      r.algbw_gb_s, r.busbw_gb_s);
 }
 
 std::string format_benchmark(const BenchmarkResult& r) {

@@ -2,6 +2,8 @@
 // Training-step throughput of one replica on one backend, and where the time goes, layer by layer.
 // `mnist-train bench` prints this; README's speed figures come from it.
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,22 @@ struct BenchmarkResult {
 BenchmarkResult run_benchmark(const Model& model, Backend& backend, const BenchmarkOptions& options);
 
 std::string format_benchmark(const BenchmarkResult& r);
+
+// The per-step gradient all-reduce alone: `workers` threads, each with its backend from `factory`,
+// sum `count` floats through `comm` `iterations` times (after 5 untimed calls). Bandwidths follow
+// nccl-tests: algbw = bytes / time, busbw = algbw * 2 (W - 1) / W.
+struct AllReduceResult {
+  std::string communicator;
+  int workers = 0;
+  std::size_t floats = 0;
+  int iterations = 0;
+  double us_per_call = 0, algbw_gb_s = 0, busbw_gb_s = 0;
+};
+class Communicator;
+AllReduceResult run_allreduce_benchmark(const std::function<std::unique_ptr<Backend>(int)>& factory,
+                                        int workers, Communicator& comm, std::size_t count,
+                                        int iterations);
+std::string format_allreduce(const AllReduceResult& r);
 std::string benchmark_json(const BenchmarkResult& r);
 
 }  // namespace mnist

@@ -113,10 +113,14 @@ std::string describe_visible_gpus() {
     visible_gpu_count(&why);
     return out + (why.empty() ? "no GPU is visible to this process" : why) + "\n";
   }
-  for (const GpuInfo& g : gpus)
-    out += fmt::format("gpu{}: {} (sm_{}{}), PCI {}, {}, memory {:.1f} / {:.1f} GiB free\n", g.ordinal,
-                       g.name, g.cc_major, g.cc_minor, g.pci_bus_id, g.uuid,
-                       g.free_bytes / 1073741824.0, g.total_bytes / 1073741824.0);
+  for (const GpuInfo& g : gpus) {
+    std::string peers;
+    for (int p : g.peers) peers += (peers.empty() ? "" : ",") + std::to_string(p);
+    out += fmt::format("gpu{}: {} (sm_{}{}), PCI {}, {}, memory {:.1f} / {:.1f} GiB free, peer access: {}\n",
+                       g.ordinal, g.name, g.cc_major, g.cc_minor, g.pci_bus_id, g.uuid,
+                       g.free_bytes / 1073741824.0, g.total_bytes / 1073741824.0,
+                       peers.empty() ? "none" : "gpu " + peers);
+  }
   return out;
 }
 

@@ -82,6 +82,13 @@ std::vector<GpuInfo> list_gpus() {
       info.free_bytes = free_bytes;
       info.total_bytes = total_bytes;
     }
+    // Which other GPUs this one can read and write directly (NVLink or PCIe P2P): what NCCL's
+    // ring can use without staging through host memory.
+    for (int other = 0; other < count; ++other) {
+      int can = 0;
+      if (other != ordinal && cudaDeviceCanAccessPeer(&can, ordinal, other) == cudaSuccess && can)
+        info.peers.push_back(other);
+    }
     cudaGetLastError();  // a GPU that cannot be queried is still listed, with what is known
     gpus.push_back(std::move(info));
   }
