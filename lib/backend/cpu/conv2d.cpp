@@ -22,9 +22,26 @@ std::size_t round_up16(std::size_t v) {
 std::size_t col_elems(const Conv2dGeom& g) {
   return static_cast<std::size_t>(g.c) * g.kh * g.kw * g.out_h * g.out_w;
 }
+// The zero-padded copy of one sample that im2col reads: tall and wide enough for every window
+// the output geometry asks for, so the unfolding needs no bounds checks.
+int padded_h(const Conv2dGeom& g) {
+  return std::max(g.h + 2 * g.pad_h, (g.out_h - 1) * g.stride_h + g.kh);
+}
+int padded_w(const Conv2dGeom& g) {
+  return std::max(g.w + 2 * g.pad_w, (g.out_w - 1) * g.stride_w + g.kw);
+}
+std::size_t padded_elems(const Conv2dGeom& g) {
+  return static_cast<std::size_t>(g.c) * padded_h(g) * padded_w(g);
+}
+
 std::size_t slice_elems(const Conv2dGeom& g) {
   const std::size_t patch = static_cast<std::size_t>(g.c) * g.kh * g.kw;
-  return round_up16(col_elems(g)) + round_up16(g.k * patch) + round_up16(g.k);
+  return round_up16(col_elems(g)) + round_up16(g.k * patch) + round_up16(g.k) +
+         round_up16(padded_elems(g));
+}
+// Where the padded sample sits in a thread's slice (after col, dweight and dbias).
+std::size_t padded_offset(const Conv2dGeom& g) {
+  return slice_elems(g) - round_up16(padded_elems(g));
 }
 
 // Output positions o in [*lo, *hi) whose input coordinate o*stride - pad + offset lies in [0,
@@ -40,36 +57,36 @@ void valid_range(int out, int stride, int pad, int offset, int size, int* lo, in
 }
 
 // col[(ci, i, j), (oy, ox)] = x[ci, oy*sh - ph + i, ox*sw - pw + j], zero outside the image.
+// The sample is first copied into `padded` (padded_elems(g), zero border), so each col row is
+// a plain strided read: the rows are short (14 or 28 floats in the seed), and per-row bounds
+// logic and memcpy/fill calls cost more than the copy itself.
 template <class T>
-void im2col(const Conv2dGeom& g, const T* x, T* col) {
+void im2col(const Conv2dGeom& g, const T* x, T* padded, T* col) {
+  const int ph = padded_h(g), pw = padded_w(g);
+  const std::size_t pplane = static_cast<std::size_t>(ph) * pw;
+  std::fill(padded, padded + padded_elems(g), T(0));
+  for (int ci = 0; ci < g.c; ++ci) {
+    for (int iy = 0; iy < g.h; ++iy) {
+      const T* src = x + (static_cast<std::size_t>(ci) * g.h + iy) * g.w;
+      T* dst = padded + ci * pplane + static_cast<std::size_t>(iy + g.pad_h) * pw + g.pad_w;
+      for (int ix = 0; ix < g.w; ++ix) dst[ix] = src[ix];
+    }
+  }
   const int ohw = g.out_h * g.out_w;
   for (int ci = 0; ci < g.c; ++ci) {
-    const T* plane = x + static_cast<std::size_t>(ci) * g.h * g.w;
+    const T* plane = padded + ci * pplane;
     for (int i = 0; i < g.kh; ++i) {
-      int oy_lo, oy_hi;
-      valid_range(g.out_h, g.stride_h, g.pad_h, i, g.h, &oy_lo, &oy_hi);
       for (int j = 0; j < g.kw; ++j, col += ohw) {
-        int ox_lo, ox_hi;
-        valid_range(g.out_w, g.stride_w, g.pad_w, j, g.w, &ox_lo, &ox_hi);
-        std::fill(col, col + oy_lo * g.out_w, T(0));
-        for (int oy = oy_lo; oy < oy_hi; ++oy) {
-          T* row = col + oy * g.out_w;
-          const T* src = plane + static_cast<std::size_t>(oy * g.stride_h - g.pad_h + i) * g.w +
-                         (ox_lo * g.stride_w - g.pad_w + j);
-          // Rows are short (out_w is 28 or 14 in the seed): plain loops the compiler inlines and
-          // vectorises, where a memcpy and two fill calls per row cost more than the copy itself.
-          for (int ox = 0; ox < ox_lo; ++ox) row[ox] = T(0);
+        for (int oy = 0; oy < g.out_h; ++oy) {
+          const T* __restrict src = plane + static_cast<std::size_t>(oy * g.stride_h + i) * pw + j;
+          T* __restrict row = col + oy * g.out_w;
           if (g.stride_w == 1) {
-            T* dst = row + ox_lo;
-            const int len = ox_hi - ox_lo;
 #pragma omp simd
-            for (int t = 0; t < len; ++t) dst[t] = src[t];
+            for (int ox = 0; ox < g.out_w; ++ox) row[ox] = src[ox];
           } else {
-            for (int ox = ox_lo; ox < ox_hi; ++ox) row[ox] = src[(ox - ox_lo) * g.stride_w];
+            for (int ox = 0; ox < g.out_w; ++ox) row[ox] = src[ox * g.stride_w];
           }
-          for (int ox = ox_hi; ox < g.out_w; ++ox) row[ox] = T(0);
         }
-        std::fill(col + oy_hi * g.out_w, col + ohw, T(0));
       }
     }
   }
@@ -123,12 +140,13 @@ void conv2d_forward(const Conv2dGeom& g, const T* x, const T* weight, const T* b
     std::size_t s0, s1;
     split_range(g.n, omp_get_thread_num(), omp_get_num_threads(), &s0, &s1);
     T* col = workspace + slice_elems(g) * omp_get_thread_num();
+    T* padded = col + padded_offset(g);
     for (std::size_t s = s0; s < s1; ++s) {
       T* ys = y + s * y_stride;
       // Start from the bias so the GEMM only accumulates into y.
       for (int kk = 0; kk < g.k; ++kk)
         std::fill(ys + kk * ohw, ys + (kk + 1) * ohw, bias ? bias[kk] : T(0));
-      im2col(g, x + s * x_stride, col);
+      im2col(g, x + s * x_stride, padded, col);
       gemm<T>(false, false, g.k, ohw, patch, T(1), weight, patch, col, ohw, T(1), ys, ohw);
     }
   }
@@ -179,11 +197,12 @@ void conv2d_backward_weights(const Conv2dGeom& g, const T* x, const T* dy, T* dw
     T* col = workspace + slice * t;
     T* dw = col + dw_offset;
     T* db = col + db_offset;
+    T* padded = col + padded_offset(g);
     std::fill(dw, dw + dw_elems, T(0));
     std::fill(db, db + g.k, T(0));
     for (std::size_t s = s0; s < s1; ++s) {
       const T* dys = dy + s * y_stride;
-      im2col(g, x + s * x_stride, col);
+      im2col(g, x + s * x_stride, padded, col);
       // dw[k, patch] += dy[k, ohw] * col^T[ohw, patch]
       gemm<T>(false, true, g.k, patch, ohw, T(1), dys, ohw, col, ohw, T(1), dw, patch);
       for (int kk = 0; kk < g.k; ++kk) {
