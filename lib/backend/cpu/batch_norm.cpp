@@ -16,6 +16,58 @@ namespace {
 bool worth_a_team(const ChannelGeom& g) {
   return static_cast<std::size_t>(g.n) * g.c * g.hw >= kParallelMinElements;
 }
+
+// The per-plane sums in double. The build targets baseline x86-64 (SSE2: two doubles per
+// vector), so these loops also get an AVX2 clone that the loader picks on CPUs that have it;
+// the lane count changes the order of the additions, so the last bits may differ between the
+// clones (never between runs on one machine). Clones cannot be templates, hence the overloads.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MNIST_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MNIST_SIMD_CLONES
+#endif
+
+template <class T>
+inline void plane_sums_impl(const T* x, std::size_t len, double* sum, double* sumsq) {
+  double ps = 0, pss = 0;
+#pragma omp simd reduction(+ : ps, pss)
+  for (std::size_t j = 0; j < len; ++j) {
+    const double v = x[j];
+    ps += v;
+    pss += v * v;
+  }
+  *sum = ps;
+  *sumsq = pss;
+}
+MNIST_SIMD_CLONES void plane_sums(const float* x, std::size_t len, double* sum, double* sumsq) {
+  plane_sums_impl(x, len, sum, sumsq);
+}
+MNIST_SIMD_CLONES void plane_sums(const double* x, std::size_t len, double* sum, double* sumsq) {
+  plane_sums_impl(x, len, sum, sumsq);
+}
+
+// sum(dy) and sum(dy * (x - m)) over one plane, in double.
+template <class T>
+inline void plane_dy_sums_impl(const T* dy, const T* x, double m, std::size_t len, double* sum,
+                               double* sum_dx) {
+  double ps = 0, psx = 0;
+#pragma omp simd reduction(+ : ps, psx)
+  for (std::size_t j = 0; j < len; ++j) {
+    const double d = dy[j];
+    ps += d;
+    psx += d * (static_cast<double>(x[j]) - m);
+  }
+  *sum = ps;
+  *sum_dx = psx;
+}
+MNIST_SIMD_CLONES void plane_dy_sums(const float* dy, const float* x, double m, std::size_t len,
+                                     double* sum, double* sum_dx) {
+  plane_dy_sums_impl(dy, x, m, len, sum, sum_dx);
+}
+MNIST_SIMD_CLONES void plane_dy_sums(const double* dy, const double* x, double m, std::size_t len,
+                                     double* sum, double* sum_dx) {
+  plane_dy_sums_impl(dy, x, m, len, sum, sum_dx);
+}
 }  // namespace
 
 template <class T>
@@ -28,13 +80,8 @@ void batch_norm_stats(const ChannelGeom& g, const T* x, T* sum, T* sumsq, int th
       const T* xp = x + (static_cast<std::size_t>(i) * g.c + ch) * plane;
       // Double partial sums per plane; the simd reduction lets the compiler keep several
       // independent accumulators (a serial double chain was the slowest part of a training step).
-      double ps = 0, pss = 0;
-#pragma omp simd reduction(+ : ps, pss)
-      for (std::size_t j = 0; j < plane; ++j) {
-        const double v = xp[j];
-        ps += v;
-        pss += v * v;
-      }
+      double ps, pss;
+      plane_sums(xp, plane, &ps, &pss);
       s += ps;
       ss += pss;
     }
@@ -97,13 +144,8 @@ void batch_norm_backward_reduce(const ChannelGeom& g, const T* dy, const T* x, c
     double s = 0, sx = 0;
     for (int i = 0; i < g.n; ++i) {
       const std::size_t off = (static_cast<std::size_t>(i) * g.c + ch) * plane;
-      double ps = 0, psx = 0;
-#pragma omp simd reduction(+ : ps, psx)
-      for (std::size_t j = 0; j < plane; ++j) {
-        const double d = dy[off + j];
-        ps += d;
-        psx += d * (static_cast<double>(x[off + j]) - m);
-      }
+      double ps, psx;
+      plane_dy_sums(dy + off, x + off, m, plane, &ps, &psx);
       s += ps;
       sx += psx;
     }

@@ -11,6 +11,42 @@
 
 namespace mnist::cpu {
 
+namespace {
+
+// The seed's pooling (2x2 windows, stride 2, no padding): every window is four real pixels, so
+// each output row reads one pair of input rows. The loop body is branch-free selects over
+// restrict pointers, which the compiler turns into vector blends (which pixel wins is
+// data-dependent, so branches mispredict); the winner rule is the general path's.
+template <class T>
+void pool_2x2_plane(const PoolGeom& g, const T* __restrict xp, T* __restrict yp,
+                    int32_t* __restrict ap) {
+  const int w = g.w, out_w = g.out_w;
+  for (int oy = 0; oy < g.out_h; ++oy) {
+    const T* __restrict r0 = xp + 2 * oy * w;
+    const T* __restrict r1 = r0 + w;
+    T* __restrict yr = yp + oy * out_w;
+    int32_t* __restrict ar = ap + oy * out_w;
+    const int32_t row0 = 2 * oy * w;
+#pragma omp simd
+    for (int ox = 0; ox < out_w; ++ox) {
+      const int32_t i0 = row0 + 2 * ox;
+      T v = r0[2 * ox];
+      int32_t best = i0;
+      const T b = r0[2 * ox + 1], cc = r1[2 * ox], d = r1[2 * ox + 1];
+      best = b > v ? i0 + 1 : best;
+      v = b > v ? b : v;
+      best = cc > v ? i0 + w : best;
+      v = cc > v ? cc : v;
+      best = d > v ? i0 + w + 1 : best;
+      v = d > v ? d : v;
+      yr[ox] = v;
+      ar[ox] = best;
+    }
+  }
+}
+
+}  // namespace
+
 template <class T>
 void max_pool_forward(const PoolGeom& g, const T* x, T* y, int32_t* argmax, int threads) {
   const std::size_t planes = static_cast<std::size_t>(g.n) * g.c;
@@ -24,28 +60,7 @@ void max_pool_forward(const PoolGeom& g, const T* x, T* y, int32_t* argmax, int 
     T* yp = y + p * out_plane;
     int32_t* ap = argmax + p * out_plane;
     if (plain_2x2) {
-      // The seed's pooling: every window is four real pixels; same winner rule as the general path.
-      for (int oy = 0; oy < g.out_h; ++oy) {
-        const T* r0 = xp + 2 * oy * g.w;
-        const T* r1 = r0 + g.w;
-        for (int ox = 0; ox < g.out_w; ++ox) {
-          // Selects instead of branches: which pixel wins is data-dependent and mispredicts.
-          const int32_t i0 = 2 * oy * g.w + 2 * ox;
-          int32_t best = i0;
-          T v = r0[2 * ox];
-          bool c = r0[2 * ox + 1] > v;
-          v = c ? r0[2 * ox + 1] : v;
-          best = c ? i0 + 1 : best;
-          c = r1[2 * ox] > v;
-          v = c ? r1[2 * ox] : v;
-          best = c ? i0 + g.w : best;
-          c = r1[2 * ox + 1] > v;
-          v = c ? r1[2 * ox + 1] : v;
-          best = c ? i0 + g.w + 1 : best;
-          yp[oy * g.out_w + ox] = v;
-          ap[oy * g.out_w + ox] = best;
-        }
-      }
+      pool_2x2_plane(g, xp, yp, ap);
       continue;
     }
     for (int oy = 0; oy < g.out_h; ++oy) {
