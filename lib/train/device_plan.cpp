@@ -66,6 +66,21 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
                       i, g, count, count == 1 ? " is" : "s are", count - 1, cuda_visible_devices());
       }
       plan.gpus = config.gpu_list;
+      // Workers either all share one GPU or each have their own: a mix would need two transports
+      // (NCCL refuses two ranks on one GPU). Checked here so --dry-run catches it too.
+      std::vector<int> sorted = plan.gpus;
+      std::sort(sorted.begin(), sorted.end());
+      const bool all_same = sorted.front() == sorted.back();
+      const bool all_distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+      if (!all_same && !all_distinct) {
+        std::string list;
+        for (int g : plan.gpus) list += (list.empty() ? "" : ", ") + std::to_string(g);
+        MNIST_THROW(ConfigError,
+                    "devices.gpus: [{}] mixes workers sharing a GPU with workers on other GPUs; use "
+                    "distinct GPUs (one worker each, averaged with NCCL) or repeat ONE GPU (several "
+                    "workers on it, e.g. [0, 0])",
+                    list);
+      }
     }
     return plan;
   }

@@ -51,6 +51,9 @@ TEST_CASE("an explicit GPU list is checked against what is visible", "[devices]"
   CHECK(p.gpus == std::vector<int>{1, 0});
   const DevicePlan shared = plan_devices(config(BackendChoice::cuda, "list", {0, 0}), gpus({1}));
   CHECK(shared.workers() == 2);  // two workers sharing one GPU
+  // Sharing one GPU and spreading over several cannot be mixed (caught before any device work).
+  REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "list", {0, 0, 1}), gpus({1, 1})),
+                      Catch::Contains("devices.gpus: [0, 0, 1] mixes"));
   ::setenv("CUDA_VISIBLE_DEVICES", "2,3", 1);
   REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})), ConfigError);
   REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})),
