@@ -157,11 +157,14 @@ if [[ ! -x $TRAIN || ! -f $CONFIG ]]; then
   record train SKIP "needs $TRAIN and $CONFIG (not in this tree yet)"
   record train_memcheck SKIP "needs the training binary and config"
 else
-  run_stage train 45 "$LOG_DIR/train.log" "$TRAIN" --config "$CONFIG" --set train.steps=20
-  record train "$STATUS" "$(grep -iE 'step|loss|acc' "$LOG_DIR/train.log" | tail -n1)"
+  # devices.backend=cuda: a machine whose GPU is unusable must fail here, not train on the CPU.
+  run_stage train 45 "$LOG_DIR/train.log" "$TRAIN" --config "$CONFIG" --set train.steps=20 \
+    --set devices.backend=cuda --set output.dir="$LOG_DIR/run_train"
+  record train "$STATUS" "$(tail -n1 "$LOG_DIR/train.log")"
   if [[ -n ${SANITIZER:-} ]]; then
     run_stage train_memcheck 60 "$LOG_DIR/train_memcheck.log" "$SANITIZER" --tool memcheck \
-      --error-exitcode 3 "$TRAIN" --config "$CONFIG" --set train.steps=20
+      --error-exitcode 3 "$TRAIN" --config "$CONFIG" --set train.steps=20 \
+      --set devices.backend=cuda --set output.dir="$LOG_DIR/run_memcheck"
     record train_memcheck "$STATUS" "$(grep -E 'ERROR SUMMARY' "$LOG_DIR/train_memcheck.log" | tail -n1)"
   else
     record train_memcheck SKIP "compute-sanitizer not found"
@@ -176,14 +179,16 @@ if [[ ! -x $TRAIN || ! -f $CONFIG2 ]]; then
 else
   NGPU=$("$TRAIN" devices 2>/dev/null | grep -c '^gpu[0-9]')
   run_stage nccl_all_gpus 60 "$LOG_DIR/nccl_all_gpus.log" "$TRAIN" --config "$CONFIG2" \
-    --set devices.backend=cuda --set devices.gpus=all --set train.steps=50
-  detail="$NGPU GPU(s): $(grep -iE 'step' "$LOG_DIR/nccl_all_gpus.log" | tail -n1)"
+    --set devices.backend=cuda --set devices.gpus=all --set train.steps=50 \
+    --set output.dir="$LOG_DIR/run_all_gpus"
+  detail="$NGPU GPU(s): $(tail -n1 "$LOG_DIR/nccl_all_gpus.log")"
   # With one GPU there is nothing to average between GPUs: say so instead of claiming NCCL ran.
   ((NGPU < 2)) && detail="only $NGPU GPU: NCCL between GPUs NOT exercised (gpu_tests check one rank); $detail"
   record nccl_all_gpus "$STATUS" "$detail"
   run_stage shared_gpu 60 "$LOG_DIR/shared_gpu.log" "$TRAIN" --config "$CONFIG2" \
-    --set devices.backend=cuda --set 'devices.gpus=[0,0]' --set train.steps=50
-  record shared_gpu "$STATUS" "$(grep -iE 'step' "$LOG_DIR/shared_gpu.log" | tail -n1)"
+    --set devices.backend=cuda --set 'devices.gpus=[0,0]' --set train.steps=50 \
+    --set output.dir="$LOG_DIR/run_shared_gpu"
+  record shared_gpu "$STATUS" "$(tail -n1 "$LOG_DIR/shared_gpu.log")"
 fi
 
 # ---- benchmark -----------------------------------------------------------------------------------
@@ -192,7 +197,11 @@ fi
 if [[ -x $TRAIN ]]; then
   run_stage bench 60 "$LOG_DIR/bench.log" "$TRAIN" --config "$ROOT/configs/seed_single_gpu.yaml" \
     --set devices.backend=cuda bench --batch 1024 --steps 50
-  record bench "$STATUS" "$(grep -E '^engine' "$LOG_DIR/bench.log" | sed -E 's/, replica memory.*//' | tr '\n' ';')"
+  if [[ $STATUS == PASS ]]; then
+    record bench "$STATUS" "$(grep -E '^engine' "$LOG_DIR/bench.log" | sed -E 's/, replica memory.*//' | tr '\n' ';')"
+  else
+    record bench "$STATUS" "$(tail -n1 "$LOG_DIR/bench.log")"
+  fi
 else
   record bench SKIP "$TRAIN not built"
 fi
@@ -200,7 +209,7 @@ if [[ -x $TRAIN ]]; then
   # The per-step gradient all-reduce over every GPU present (NCCL with 2+, one rank otherwise).
   run_stage allreduce 60 "$LOG_DIR/allreduce.log" "$TRAIN" --config "$ROOT/configs/two_gpu.yaml" \
     --set devices.backend=cuda --set devices.gpus=all bench --allreduce --steps 1000
-  record allreduce "$STATUS" "$(grep -m1 '^all-reduce' "$LOG_DIR/allreduce.log")"
+  record allreduce "$STATUS" "$(tail -n1 "$LOG_DIR/allreduce.log")"
 fi
 if python3 -c "import torch" 2>/dev/null; then
   run_stage bench_pytorch 60 "$LOG_DIR/bench_pytorch.log" python3 "$ROOT/scripts/bench_pytorch.py" --batch 1024 --steps 50
