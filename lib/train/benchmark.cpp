@@ -6,6 +6,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "core/rng.hpp"
 #include "model/replica.hpp"
 
@@ -191,12 +192,12 @@ std::string format_benchmark(const BenchmarkResult& r) {
 std::string benchmark_json(const BenchmarkResult& r) {
   std::string layers;
   for (std::size_t i = 0; i < r.layers.size(); ++i)
-    layers += fmt::format("{}{{\"layer\":\"{}\",\"forward_ms\":{:.6g},\"backward_ms\":{:.6g}}}",
-                          i ? "," : "", r.layers[i], r.forward_ms[i], r.backward_ms[i]);
+    layers += fmt::format("{}{{\"layer\":{},\"forward_ms\":{:.6g},\"backward_ms\":{:.6g}}}",
+                          i ? "," : "", json::quote(r.layers[i]), r.forward_ms[i], r.backward_ms[i]);
   return fmt::format(
-      "{{\"device\":\"{}\",\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_second\":{:.6g},"
+      "{{\"device\":{},\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_second\":{:.6g},"
       "\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"device_bytes\":{},\"layers\":[{}]}}",
-      r.device, r.batch, r.steps, r.step_ms, r.samples_per_second, r.loss_ms, r.update_ms,
+      json::quote(r.device), r.batch, r.steps, r.step_ms, r.samples_per_second, r.loss_ms, r.update_ms,
       r.device_bytes, layers);
 }
 

@@ -3,25 +3,11 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
 
 namespace mnist {
 
 namespace {
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out += c;
-    }
-  }
-  return out + "\"";
-}
 // JSON has no NaN/Infinity: non-finite numbers become null.
 std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null"; }
 }  // namespace
@@ -92,11 +78,11 @@ void RunLog::finish(const TrainSummary& s, const std::string& devices, const std
       "{{\"name\":{},\"steps\":{},\"global_batch\":{},\"wall_seconds\":{},\"samples_per_second\":{},"
       "\"final_train_loss\":{},\"final_train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},"
       "\"test_samples\":{},\"devices\":{},\"data\":{}}}\n",
-      json_string(experiment_.name), s.steps, s.global_batch, json_number(s.wall_seconds),
+      json::quote(experiment_.name), s.steps, s.global_batch, json_number(s.wall_seconds),
       json_number(s.samples_per_second), json_number(s.last_step.loss),
       json_number(s.last_step.accuracy), json_number(s.final_eval.loss),
-      json_number(s.final_eval.accuracy), s.final_eval.samples, json_string(devices),
-      json_string(data_source));
+      json_number(s.final_eval.accuracy), s.final_eval.samples, json::quote(devices),
+      json::quote(data_source));
   if (!out) MNIST_THROW(RuntimeError, "cannot write {}/summary.json", dir_);
 }
 
