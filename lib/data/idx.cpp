@@ -3,8 +3,6 @@
 // Files are small (the largest MNIST-format file is 47 MB uncompressed), so each is read whole into
 // memory and, if gzip, inflated in one pass; then the header is validated against the byte count.
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -14,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "data/idx.hpp"
@@ -180,36 +179,6 @@ void check_magic(const std::string& path, uint32_t found, uint32_t expected, con
               path, hex32(expected), kind, hex32(found), hint);
 }
 
-void write_file_atomically(const std::string& path, const std::vector<uint8_t>& bytes) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) MNIST_THROW(DataError, "cannot create '{}': {}", tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      MNIST_THROW(DataError, "cannot write '{}' ({} of {} bytes written): {}", tmp, done,
-                  bytes.size(), std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  // fsync before rename: after a crash the name points either at the old file or at complete data.
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    MNIST_THROW(DataError, "cannot flush '{}': {}", tmp, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    MNIST_THROW(DataError, "cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err));
-  }
-}
-
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r");
   if (b == std::string::npos) return "";
@@ -343,7 +312,7 @@ void write_idx_images(const std::string& path, int count, int rows, int cols,
   put_be32(bytes, static_cast<uint32_t>(rows));
   put_be32(bytes, static_cast<uint32_t>(cols));
   bytes.insert(bytes.end(), pixels.begin(), pixels.end());
-  write_file_atomically(path, bytes);
+  write_file_atomically(path, bytes.data(), bytes.size());
 }
 
 void write_idx_labels(const std::string& path, const std::vector<uint8_t>& labels) {
@@ -353,7 +322,7 @@ void write_idx_labels(const std::string& path, const std::vector<uint8_t>& label
   put_be32(bytes, kIdxLabelsMagic);
   put_be32(bytes, static_cast<uint32_t>(labels.size()));
   bytes.insert(bytes.end(), labels.begin(), labels.end());
-  write_file_atomically(path, bytes);
+  write_file_atomically(path, bytes.data(), bytes.size());
 }
 
 std::string read_provenance(const std::string& dir) {

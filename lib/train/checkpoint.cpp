@@ -6,8 +6,6 @@
 
 #include "train/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "build_info.hpp"
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
 
@@ -93,60 +92,6 @@ std::vector<TensorRef> tensor_list(const Model& model, bool adam) {
 
 std::string shape_str(const std::vector<int>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
-// ---- atomic write -----------------------------------------------------------------------------
-
-[[noreturn]] void write_failure(const std::string& what, const std::string& path, int err) {
-  MNIST_THROW(RuntimeError, "cannot {} '{}': {}", what, path, std::strerror(err));
-}
-
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  // Hidden, and named after the target and the writer, so CheckpointDirectory can recognize (and
-  // clean up) what a crashed writer left, and list() never mistakes it for a checkpoint.
-  const std::string tmp =
-      (dir / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) write_failure("create the temporary checkpoint file", tmp, errno);
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      write_failure(fmt::format("write ({} of {} bytes written)", done, bytes.size()), tmp, err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  // The data must be on disk before the name points at it, or a crash could leave the final
-  // name on an empty or partial file.
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    write_failure("fsync", tmp, err);
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    write_failure("close", tmp, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    MNIST_THROW(RuntimeError, "cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err));
-  }
-  // The rename itself lives in the directory; without this a crash could forget it.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) write_failure("open the checkpoint directory", dir.string(), errno);
-  const int rc = ::fsync(dfd);
-  const int err = errno;
-  ::close(dfd);
-  if (rc != 0) write_failure("fsync the checkpoint directory", dir.string(), err);
 }
 
 // ---- reading helpers --------------------------------------------------------------------------
@@ -304,7 +249,7 @@ void save_checkpoint(const std::string& path, const Model& model, const Experime
     bytes.append(reinterpret_cast<const char*>(buffer_of(ckpt, t.buffer).data() + t.offset),
                  t.count * sizeof(float));
   }
-  write_file_atomically(path, bytes);
+  write_file_atomically(path, bytes.data(), bytes.size());
 }
 
 // ---- load -------------------------------------------------------------------------------------
