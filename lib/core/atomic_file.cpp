@@ -15,18 +15,18 @@ namespace {
 [[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
   MNIST_THROW(RuntimeError, "cannot {} '{}': {}", what, path, std::strerror(err));
 }
-}  // namespace
 
-std::string atomic_temp_name(const std::string& path) {
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+// Hidden and named after the target and the writer, so a directory reader (CheckpointDirectory)
+// can recognise and clean up what a crashed writer left behind.
+std::string temp_name(const std::filesystem::path& dir, const std::filesystem::path& target) {
   return (dir / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
 }
+}  // namespace
 
 void write_file_atomically(const std::string& path, const void* data, std::size_t size) {
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  const std::string tmp = atomic_temp_name(path);
+  const std::string tmp = temp_name(dir, target);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("create the temporary file", tmp, errno);
   const char* bytes = static_cast<const char*>(data);

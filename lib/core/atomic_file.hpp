@@ -12,8 +12,4 @@ namespace mnist {
 // the temporary file is removed on failure.
 void write_file_atomically(const std::string& path, const void* data, std::size_t size);
 
-// The temporary name write_file_atomically uses for `path` in this process; readers of a directory
-// use it to recognise (and skip or clean up) what a crashed writer left behind.
-std::string atomic_temp_name(const std::string& path);
-
 }  // namespace mnist
