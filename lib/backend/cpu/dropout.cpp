@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "backend/cpu/parallel.hpp"
+#include "backend/dropout_mask.hpp"
 #include "core/error.hpp"
 
 namespace mnist::cpu {
@@ -24,8 +25,9 @@ void apply_mask(int n, int per_sample, float rate, RngKey key, uint32_t step, ui
     const std::size_t off = static_cast<std::size_t>(i) * per_sample;
     const uint32_t sample = first_sample + static_cast<uint32_t>(i);
     for (int e = 0; e < per_sample; ++e) {
-      const Philox4x32 r = philox4x32(step, sample, static_cast<uint32_t>(e), 0u, key.k0, key.k1);
-      out[off + e] = uniform01(r.v[0]) >= rate ? in[off + e] * keep_scale : T(0);
+      out[off + e] = dropout_keeps(key, step, sample, static_cast<uint32_t>(e), rate)
+                         ? in[off + e] * keep_scale
+                         : T(0);
     }
   }
 }

@@ -6,38 +6,35 @@
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
+#include "backend/dropout_mask.hpp"
 
 namespace mnist::cuda {
 namespace {
 
-__device__ __forceinline__ bool keep_element(RngKey key, uint32_t step, uint32_t sample,
-                                             uint32_t element, float rate) {
-  return uniform01(philox4x32(step, sample, element, 0u, key.k0, key.k1).v[0]) >= rate;
-}
-
-// Forward and backward are the same masked scaling; two kernels keep the <op>_<direction> names.
-__global__ void dropout_forward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
-                                       uint32_t step, uint32_t first_sample, const float* x,
-                                       float* y) {
+// One grid-stride pass: out = in * scale where the mask keeps the element, else 0. Forward and
+// backward are the same masked scaling; two kernels keep the <op>_<direction> names.
+__device__ __forceinline__ void apply_mask(int n, int per_sample, float rate, float scale,
+                                           RngKey key, uint32_t step, uint32_t first_sample,
+                                           const float* in, float* out) {
   const std::size_t total = static_cast<std::size_t>(n) * per_sample;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const uint32_t row = static_cast<uint32_t>(i / per_sample);
     const uint32_t element = static_cast<uint32_t>(i % per_sample);
-    y[i] = keep_element(key, step, first_sample + row, element, rate) ? x[i] * scale : 0.0f;
+    out[i] = dropout_keeps(key, step, first_sample + row, element, rate) ? in[i] * scale : 0.0f;
   }
+}
+
+__global__ void dropout_forward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
+                                       uint32_t step, uint32_t first_sample, const float* x,
+                                       float* y) {
+  apply_mask(n, per_sample, rate, scale, key, step, first_sample, x, y);
 }
 
 __global__ void dropout_backward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
                                         uint32_t step, uint32_t first_sample, const float* dy,
                                         float* dx) {
-  const std::size_t total = static_cast<std::size_t>(n) * per_sample;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const uint32_t row = static_cast<uint32_t>(i / per_sample);
-    const uint32_t element = static_cast<uint32_t>(i % per_sample);
-    dx[i] = keep_element(key, step, first_sample + row, element, rate) ? dy[i] * scale : 0.0f;
-  }
+  apply_mask(n, per_sample, rate, scale, key, step, first_sample, dy, dx);
 }
 
 // rate = 1 drops everything; the scale is then never used, so keep it finite.
