@@ -9,10 +9,6 @@
 
 namespace mnist {
 
-namespace {
-std::string cuda_visible_devices() { return cuda_visible_devices_description(); }
-}  // namespace
-
 std::vector<GpuInfo> visible_gpus(const DevicesConfig& config, std::string* why_none) {
   if (config.backend == BackendChoice::cpu) return {};
   // Only auto:N needs free memory, which needs a context on every GPU; otherwise the count
@@ -28,6 +24,21 @@ std::vector<GpuInfo> visible_gpus(const DevicesConfig& config, std::string* why_
   return gpus;
 }
 
+void check_gpu_layout(const std::vector<int>& gpus) {
+  std::vector<int> sorted = gpus;
+  std::sort(sorted.begin(), sorted.end());
+  const bool all_same = sorted.empty() || sorted.front() == sorted.back();
+  const bool all_distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+  if (all_same || all_distinct) return;
+  std::string list;
+  for (int g : gpus) list += (list.empty() ? "" : ", ") + std::to_string(g);
+  MNIST_THROW(ConfigError,
+              "devices.gpus: [{}] mixes workers sharing a GPU with workers on other GPUs; use "
+              "distinct GPUs (one worker each, averaged with NCCL) or repeat ONE GPU (several "
+              "workers on it, e.g. [0, 0])",
+              list);
+}
+
 DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible,
                         const std::string& why_none) {
   DevicePlan plan;
@@ -39,8 +50,10 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
       MNIST_THROW(RuntimeError,
                   "devices.backend is cuda but no GPU can be used: {}; set devices.backend: cpu or "
                   "auto to train on the CPU",
-                  why_none.empty() ? fmt::format("none visible ({}; {})", cuda_visible_devices(), cuda_versions())
-                                   : why_none);
+                  why_none.empty()
+                      ? fmt::format("none visible ({}; {})", cuda_visible_devices_description(),
+                                    cuda_versions())
+                      : why_none);
     plan.kind = DeviceKind::cuda;
     const int count = static_cast<int>(visible.size());
     if (config.gpus_mode == "all") {
@@ -49,38 +62,25 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
     } else if (config.gpus_mode == "auto") {
       if (config.gpus_auto_count > count)
         MNIST_THROW(ConfigError, "devices.gpus: auto:{} asks for {} GPUs but {} visible ({})",
-                    config.gpus_auto_count, config.gpus_auto_count, count, cuda_visible_devices());
+                    config.gpus_auto_count, config.gpus_auto_count, count,
+                    cuda_visible_devices_description());
       std::vector<int> order(count);
       std::iota(order.begin(), order.end(), 0);
       // Most free memory first: on a shared box that is the least used card.
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        return visible[a].free_bytes > visible[b].free_bytes;
-      });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return visible[a].free_bytes > visible[b].free_bytes; });
       plan.gpus.assign(order.begin(), order.begin() + config.gpus_auto_count);
     } else {
       for (std::size_t i = 0; i < config.gpu_list.size(); ++i) {
         const int g = config.gpu_list[i];
         if (g < 0 || g >= count)
-          MNIST_THROW(ConfigError,
-                      "devices.gpus[{}]: GPU {} is not visible: {} GPU{} visible (ordinals 0-{}), {}",
-                      i, g, count, count == 1 ? " is" : "s are", count - 1, cuda_visible_devices());
+          MNIST_THROW(
+              ConfigError,
+              "devices.gpus[{}]: GPU {} is not visible: {} GPU{} visible (ordinals 0-{}), {}", i, g,
+              count, count == 1 ? " is" : "s are", count - 1, cuda_visible_devices_description());
       }
       plan.gpus = config.gpu_list;
-      // Workers either all share one GPU or each have their own: a mix would need two transports
-      // (NCCL refuses two ranks on one GPU). Checked here so --dry-run catches it too.
-      std::vector<int> sorted = plan.gpus;
-      std::sort(sorted.begin(), sorted.end());
-      const bool all_same = sorted.front() == sorted.back();
-      const bool all_distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
-      if (!all_same && !all_distinct) {
-        std::string list;
-        for (int g : plan.gpus) list += (list.empty() ? "" : ", ") + std::to_string(g);
-        MNIST_THROW(ConfigError,
-                    "devices.gpus: [{}] mixes workers sharing a GPU with workers on other GPUs; use "
-                    "distinct GPUs (one worker each, averaged with NCCL) or repeat ONE GPU (several "
-                    "workers on it, e.g. [0, 0])",
-                    list);
-      }
+      check_gpu_layout(plan.gpus);
     }
     return plan;
   }
@@ -90,12 +90,15 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
   const int threads = config.threads > 0 ? config.threads : cores;
   plan.threads_per_worker = std::max(1, threads / plan.cpu_workers);
   if (config.engine != "native")
-    MNIST_THROW(ConfigError, "devices.engine: '{}' needs the CUDA backend; the CPU backend has only 'native'",
+    MNIST_THROW(ConfigError,
+                "devices.engine: '{}' needs the CUDA backend; the CPU backend has only 'native'",
                 config.engine);
   if (config.backend == BackendChoice::auto_select)
-    plan.note = fmt::format("no GPU visible ({}): training on the CPU with {} worker{} x {} thread{}",
-                            why_none.empty() ? cuda_visible_devices() : why_none, plan.cpu_workers, plan.cpu_workers == 1 ? "" : "s",
-                            plan.threads_per_worker, plan.threads_per_worker == 1 ? "" : "s");
+    plan.note =
+        fmt::format("no GPU visible ({}): training on the CPU with {} worker{} x {} thread{}",
+                    why_none.empty() ? cuda_visible_devices_description() : why_none,
+                    plan.cpu_workers, plan.cpu_workers == 1 ? "" : "s", plan.threads_per_worker,
+                    plan.threads_per_worker == 1 ? "" : "s");
   return plan;
 }
 
@@ -122,7 +125,7 @@ std::string DevicePlan::describe() const {
 
 std::string describe_visible_gpus() {
   const std::vector<GpuInfo> gpus = list_gpus();
-  std::string out = fmt::format("{}; {}\n", cuda_visible_devices(), cuda_versions());
+  std::string out = fmt::format("{}; {}\n", cuda_visible_devices_description(), cuda_versions());
   if (gpus.empty()) {
     std::string why;
     visible_gpu_count(&why);
@@ -131,10 +134,11 @@ std::string describe_visible_gpus() {
   for (const GpuInfo& g : gpus) {
     std::string peers;
     for (int p : g.peers) peers += (peers.empty() ? "" : ",") + std::to_string(p);
-    out += fmt::format("gpu{}: {} (sm_{}{}), PCI {}, {}, memory {:.1f} / {:.1f} GiB free, peer access: {}\n",
-                       g.ordinal, g.name, g.cc_major, g.cc_minor, g.pci_bus_id, g.uuid,
-                       g.free_bytes / 1073741824.0, g.total_bytes / 1073741824.0,
-                       peers.empty() ? "none" : "gpu " + peers);
+    out += fmt::format(
+        "gpu{}: {} (sm_{}{}), PCI {}, {}, memory {:.1f} / {:.1f} GiB free, peer access: {}\n",
+        g.ordinal, g.name, g.cc_major, g.cc_minor, g.pci_bus_id, g.uuid,
+        g.free_bytes / 1073741824.0, g.total_bytes / 1073741824.0,
+        peers.empty() ? "none" : "gpu " + peers);
   }
   return out;
 }

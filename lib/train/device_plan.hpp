@@ -27,6 +27,10 @@ struct DevicePlan {
 
 // Throws ConfigError (a GPU that is not visible, auto:N with fewer than N) or RuntimeError
 // (backend cuda with no usable GPU), naming CUDA_VISIBLE_DEVICES.
+// Workers either all share one GPU or each have their own: a mix would need two transports at once
+// (NCCL refuses two ranks on one GPU). Throws ConfigError naming the layout.
+void check_gpu_layout(const std::vector<int>& gpus);
+
 // `why_none`: why no GPU is visible (for the messages), when known.
 DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible,
                         const std::string& why_none = "");
