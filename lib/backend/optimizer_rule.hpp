@@ -1,0 +1,69 @@
+#pragma once
+// The per-element optimizer updates, written once for the CPU and CUDA twins so both apply exactly
+// the same arithmetic. Weight decay applies only to decayed elements (conv/dense kernels):
+//   coupled L2:      g += l2 * p                     (the L2 term of the loss)
+//   decoupled (W):   p *= shrink, shrink = 1 - lr*wd (AdamW), before the update
+// Adam (Kingma & Ba, with eps added to sqrt(v_hat) as PyTorch does):
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * (m c1) / (sqrt(v c2) + eps),
+//   c1 = 1/(1-b1^t), c2 = 1/(1-b2^t) computed once per step on the host.
+// SGD: v = mu v + g;  p -= lr * v, or with Nesterov p -= lr * (g + mu v).
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/geometry.hpp"
+#include "core/host_device.hpp"
+
+namespace mnist {
+
+template <class T>
+struct DecayRule {
+  T l2, shrink;
+};
+
+// Host side, once per step.
+template <class T>
+inline DecayRule<T> decay_rule(const OptimizerStep& s) {
+  return DecayRule<T>{static_cast<T>(s.l2),
+                      T(1) - static_cast<T>(s.lr) * static_cast<T>(s.decoupled_wd)};
+}
+// 1 / (1 - beta^step), in double so that early steps keep their precision.
+inline double adam_bias_correction(float beta, int64_t step) {
+  return 1.0 / (1.0 - std::pow(static_cast<double>(beta), static_cast<double>(step)));
+}
+
+template <class T>
+MNIST_HD T optimizer_sqrt(T x) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+// Updates params[i], m[i], v[i] in place.
+template <class T>
+MNIST_HD void adam_element(bool decay, DecayRule<T> d, T lr, T b1, T b2, T eps, T c1, T c2, T& p,
+                           T g, T& m, T& v) {
+  if (decay) {
+    g += d.l2 * p;
+    p *= d.shrink;
+  }
+  m = b1 * m + (T(1) - b1) * g;
+  v = b2 * v + (T(1) - b2) * g * g;
+  p -= lr * (m * c1) / (optimizer_sqrt(v * c2) + eps);
+}
+
+// Updates params[i] and velocity[i] in place.
+template <class T>
+MNIST_HD void sgd_element(bool decay, DecayRule<T> d, T lr, T mu, bool nesterov, T& p, T g,
+                          T& velocity) {
+  if (decay) {
+    g += d.l2 * p;
+    p *= d.shrink;
+  }
+  velocity = mu * velocity + g;
+  p -= lr * (nesterov ? g + mu * velocity : velocity);
+}
+
+}  // namespace mnist
