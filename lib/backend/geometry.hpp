@@ -6,9 +6,9 @@
 
 namespace mnist {
 
-// Convolution of x[n, c, h, w] with weights w[k, c, kh, kw] into y[n, k, out_h, out_w] (cross-correlation,
-// as every framework defines "conv"). Padding is zero padding, pad_h rows on top (and as many or one
-// more at the bottom; out_h already accounts for it).
+// Convolution of x[n, c, h, w] with weights w[k, c, kh, kw] into y[n, k, out_h, out_w]
+// (cross-correlation, as every framework defines "conv"). Padding is zero padding, pad_h rows on
+// top (and as many or one more at the bottom; out_h already accounts for it).
 struct Conv2dGeom {
   int n = 0, c = 0, h = 0, w = 0;
   int k = 0, kh = 0, kw = 0;

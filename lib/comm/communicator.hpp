@@ -2,9 +2,10 @@
 // How replicas agree: one interface, several transports.
 //
 // Every local worker thread calls the collective with its own buffer (a device pointer of its own
-// backend); the call returns when every replica's buffer holds the element-wise SUM over all replicas
-// (all local workers, and all processes when distributed). Callers pre-scale what they contribute
-// (gradients by 1/global batch), so sums are exact weights by sample count even when slices differ.
+// backend); the call returns when every replica's buffer holds the element-wise SUM over all
+// replicas (all local workers, and all processes when distributed). Callers pre-scale what they
+// contribute (gradients by 1/global batch), so sums are exact weights by sample count even when
+// slices differ.
 //
 // Implementations: ThreadCommunicator (CPU workers in one process, shared memory),
 // NCCL (GPUs), and an MPI layer between processes.

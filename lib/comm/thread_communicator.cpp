@@ -43,7 +43,8 @@ std::string ThreadCommunicator::name() const {
 void ThreadCommunicator::all_reduce_sum(int local_rank, Backend& backend, float* data,
                                         std::size_t count) {
   MNIST_CHECK(backend.kind() == DeviceKind::cpu,
-              "the thread communicator reduces host memory; {} is not a CPU backend", backend.name());
+              "the thread communicator reduces host memory; {} is not a CPU backend",
+              backend.name());
   if (workers_ == 1 && !upper_) return;
   buffers_[local_rank] = data;
   barrier_.arrive_and_wait();  // every buffer published
@@ -65,6 +66,8 @@ void ThreadCommunicator::all_reduce_sum(int local_rank, Backend& backend, float*
   barrier_.arrive_and_wait();  // nobody still reads worker 0's buffer when the next call starts
 }
 
-void ThreadCommunicator::abort() { barrier_.abort(); }
+void ThreadCommunicator::abort() {
+  barrier_.abort();
+}
 
 }  // namespace mnist

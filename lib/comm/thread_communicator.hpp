@@ -3,9 +3,9 @@
 //
 // Each call is a reduce-scatter and all-gather in place: after every worker has published its
 // buffer, worker r owns chunk r of the vector, sums that chunk over all buffers in a fixed worker
-// order (so results do not depend on timing) and writes the sum back into every buffer. Two barriers
-// per call; no copies beyond the sums themselves. An optional upper level (MPI) reduces across
-// processes between the two phases.
+// order (so results do not depend on timing) and writes the sum back into every buffer. Two
+// barriers per call; no copies beyond the sums themselves. An optional upper level (MPI) reduces
+// across processes between the two phases.
 
 #include <atomic>
 #include <condition_variable>

@@ -1,6 +1,7 @@
 #pragma once
 // An experiment as plain data: what a YAML config file says after parsing, defaults and validation.
-// Defaults written here are the ones documented in README's configuration reference; keep both equal.
+// Defaults written here are the ones documented in README's configuration reference; keep both
+// equal.
 
 #include <cstdint>
 #include <optional>
@@ -40,10 +41,10 @@ struct LayerSpec {
   // max_pool
   int pool_size = 2;
   // batch_norm
-  float decay = 0.9f;      // running = decay * running + (1 - decay) * batch
+  float decay = 0.9f;  // running = decay * running + (1 - decay) * batch
   float epsilon = 1e-3f;
-  bool center = true;      // learn beta
-  bool scale = false;      // learn gamma (TF-slim's default is off)
+  bool center = true;  // learn beta
+  bool scale = false;  // learn gamma (TF-slim's default is off)
   // dropout
   float rate = 0.5f;  // probability of dropping an element
 };
@@ -81,7 +82,7 @@ enum class BatchNormMode { local, sync };
 enum class LogFormat { standard, seed };
 
 struct TrainConfig {
-  int64_t steps = 0;   // exactly one of steps / epochs
+  int64_t steps = 0;  // exactly one of steps / epochs
   double epochs = 0;
   int batch_per_device = 0;  // exactly one of batch_per_device (the seed's meaning) / global_batch
   int global_batch = 0;
@@ -110,10 +111,10 @@ enum class ScheduleKind { constant, step, cosine };
 
 struct ScheduleConfig {
   ScheduleKind kind = ScheduleKind::constant;
-  int64_t warmup_steps = 0;   // linear from 0 to lr over these steps
-  int64_t step_size = 1000;   // step: multiply by gamma every step_size steps
+  int64_t warmup_steps = 0;  // linear from 0 to lr over these steps
+  int64_t step_size = 1000;  // step: multiply by gamma every step_size steps
   double gamma = 0.1;
-  double min_lr = 0.0;        // cosine: floor reached at the last step
+  double min_lr = 0.0;  // cosine: floor reached at the last step
 };
 
 struct OutputConfig {
@@ -142,8 +143,7 @@ struct Experiment {
 
 // Reads and validates `path`, applying `overrides` ("train.steps=50", YAML values) first.
 // Throws ConfigError naming the file, YAML path, line:column, the value and the rule.
-Experiment load_experiment(const std::string& path,
-                           const std::vector<std::string>& overrides = {});
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides = {});
 // Same, from YAML text (`source_name` appears in messages). Used by tests.
 Experiment parse_experiment(const std::string& yaml_text, const std::string& source_name,
                             const std::vector<std::string>& overrides = {});

@@ -1,8 +1,9 @@
 #pragma once
 // Typed exceptions and always-on check macros.
 //
-// Library code throws; only main() maps an exception type to an exit code (see README "Exit codes").
-// Every message is written for the person running the tool: what was expected, what was found, where.
+// Library code throws; only main() maps an exception type to an exit code (see README "Exit
+// codes"). Every message is written for the person running the tool: what was expected, what was
+// found, where.
 
 #include <stdexcept>
 #include <string>
@@ -45,13 +46,14 @@ namespace detail {
 
 }  // namespace mnist
 
-// MNIST_CHECK(cond, "fmt", args...): throws mnist::RuntimeError naming the expression, file and line
-// when cond is false. Always on (never compiled out): these guard contracts between components.
-#define MNIST_CHECK(cond, ...)                                                                 \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
+// MNIST_CHECK(cond, "fmt", args...): throws mnist::RuntimeError naming the expression, file and
+// line when cond is false. Always on (never compiled out): these guard contracts between
+// components.
+#define MNIST_CHECK(cond, ...)                                                                   \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
       ::mnist::detail::throw_check_failure(#cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
-    }                                                                                          \
+    }                                                                                            \
   } while (0)
 
 // MNIST_THROW(Type, "fmt", args...): throws a typed error for the user (no file/line: the message

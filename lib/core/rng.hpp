@@ -1,8 +1,8 @@
 #pragma once
 // Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11), usable on host and device.
 //
-// A random value is a pure function of (key, counter): no state, no order dependence. The trainer keys
-// every draw by what it means, never by who computes it:
+// A random value is a pure function of (key, counter): no state, no order dependence. The trainer
+// keys every draw by what it means, never by who computes it:
 //   dropout mask  : key = (seed, layer),   counter = (step, global sample index, element, stream)
 //   data order    : key = (seed, epoch),   counter = (position, ...)
 //   initial weight: key = (seed, stream),  counter = (parameter index, ...)
@@ -47,7 +47,9 @@ MNIST_HD Philox4x32 philox4x32(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c
 
 // Uniform float in [0, 1) from the top 24 bits of a 32-bit draw (exactly representable, same on
 // host and device).
-MNIST_HD float uniform01(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
+MNIST_HD float uniform01(uint32_t bits) {
+  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+}
 
 // A key built from a 64-bit seed and a 32-bit purpose tag.
 struct RngKey {

@@ -27,20 +27,22 @@ ImageSet read_pgm(const std::string& path, const std::vector<uint8_t>& bytes) {
     while (pos < bytes.size() && std::isdigit(bytes[pos]) && pos - start < 9)
       value = value * 10 + (bytes[pos++] - '0');
     if (pos == start || value <= 0)
-      MNIST_THROW(DataError, "'{}': PGM header field {} at byte offset {} is not a positive integer",
-                  path, field, start);
+      MNIST_THROW(DataError,
+                  "'{}': PGM header field {} at byte offset {} is not a positive integer", path,
+                  field, start);
     return value;
   };
   const long width = next_number("width"), height = next_number("height"),
              maxval = next_number("maxval");
   if (maxval > 255)
-    MNIST_THROW(DataError, "'{}': PGM maxval {} is not supported (8-bit images only, maxval <= 255)",
-                path, maxval);
+    MNIST_THROW(DataError,
+                "'{}': PGM maxval {} is not supported (8-bit images only, maxval <= 255)", path,
+                maxval);
   ++pos;  // the single whitespace byte after maxval
   const std::size_t expected = static_cast<std::size_t>(width) * height;
   if (bytes.size() < pos || bytes.size() - pos != expected)
-    MNIST_THROW(DataError, "'{}': a {}x{} PGM needs {} pixel bytes after its header, found {}", path,
-                width, height, expected, bytes.size() < pos ? 0 : bytes.size() - pos);
+    MNIST_THROW(DataError, "'{}': a {}x{} PGM needs {} pixel bytes after its header, found {}",
+                path, width, height, expected, bytes.size() < pos ? 0 : bytes.size() - pos);
   ImageSet set;
   set.count = 1;
   set.rows = static_cast<int>(height);
@@ -69,10 +71,11 @@ ImageSet read_images_for_prediction(const std::string& path) {
     set.labels.assign(set.count, 0);
     return set;
   }
-  MNIST_THROW(DataError,
-              "'{}' is neither an IDX image file (magic 0x00000803) nor a binary PGM (P5): the first "
-              "bytes are {:02x} {:02x}",
-              path, bytes.size() > 0 ? bytes[0] : 0, bytes.size() > 1 ? bytes[1] : 0);
+  MNIST_THROW(
+      DataError,
+      "'{}' is neither an IDX image file (magic 0x00000803) nor a binary PGM (P5): the first "
+      "bytes are {:02x} {:02x}",
+      path, bytes.size() > 0 ? bytes[0] : 0, bytes.size() > 1 ? bytes[1] : 0);
 }
 
 }  // namespace mnist

@@ -25,7 +25,8 @@ const std::vector<int32_t>& EpochSampler::permutation(int64_t epoch) {
                                      static_cast<uint32_t>(epoch >> 32), 0, key.k0, key.k1)
                               .v[0];
     // Multiply-shift maps 32 random bits onto [0, i] (bias below 2^-32 * N, negligible here).
-    const int j = static_cast<int>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(i + 1)) >> 32);
+    const int j =
+        static_cast<int>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(i + 1)) >> 32);
     std::swap(perm[i], perm[j]);
   }
   cached_epoch_[slot] = epoch;

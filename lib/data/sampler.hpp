@@ -2,10 +2,10 @@
 // Which samples each step trains on.
 //
 // The training stream is the concatenation of epoch permutations: epoch e is a Fisher-Yates shuffle
-// of [0, N) keyed by (seed, e). Step s takes stream positions [s*B, (s+1)*B): a batch that crosses an
-// epoch boundary takes the end of one epoch and the start of the next, so every sample is seen once
-// per epoch and no sample is dropped. The order is a pure function of (seed, N, B, s): resuming at
-// step s, or splitting the batch across any number of workers, sees the same samples.
+// of [0, N) keyed by (seed, e). Step s takes stream positions [s*B, (s+1)*B): a batch that crosses
+// an epoch boundary takes the end of one epoch and the start of the next, so every sample is seen
+// once per epoch and no sample is dropped. The order is a pure function of (seed, N, B, s):
+// resuming at step s, or splitting the batch across any number of workers, sees the same samples.
 
 #include <cstdint>
 #include <mutex>

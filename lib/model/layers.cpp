@@ -33,7 +33,9 @@ namespace {
 class Conv2dLayer final : public Layer {
  public:
   using Layer::Layer;
-  std::size_t workspace_floats() const override { return be().conv2d_workspace_floats(geom(max_batch_)); }
+  std::size_t workspace_floats() const override {
+    return be().conv2d_workspace_floats(geom(max_batch_));
+  }
 
  private:
   Conv2dGeom geom(int n) const {
@@ -48,7 +50,8 @@ class Conv2dLayer final : public Layer {
     g.stride_h = g.stride_w = s.stride;
     g.out_h = plan_.out.h;
     g.out_w = plan_.out.w;
-    // Leading padding: what "same" needs (TensorFlow puts the odd pixel last) or the explicit count.
+    // Leading padding: what "same" needs (TensorFlow puts the odd pixel last) or the explicit
+    // count.
     const auto lead = [&](int in, int out) {
       if (s.padding == PaddingMode::valid) return 0;
       if (s.padding == PaddingMode::explicit_pixels) return s.padding_pixels;
@@ -72,7 +75,8 @@ class Conv2dLayer final : public Layer {
 class MaxPoolLayer final : public Layer {
  public:
   MaxPoolLayer(const Model& m, const LayerPlan& p, const LayerBinding& b, int max_batch)
-      : Layer(m, p, b, max_batch), argmax_(*b.backend, static_cast<std::size_t>(max_batch) * p.out.size()) {}
+      : Layer(m, p, b, max_batch),
+        argmax_(*b.backend, static_cast<std::size_t>(max_batch) * p.out.size()) {}
 
  private:
   PoolGeom geom(int n) const {
@@ -128,7 +132,8 @@ class DenseLayer final : public Layer {
 
  private:
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
-    be().dense_forward(ctx.n, plan_.in.c, plan_.out.c, x, param(plan_.weight), param(plan_.bias), y);
+    be().dense_forward(ctx.n, plan_.in.c, plan_.out.c, x, param(plan_.weight), param(plan_.bias),
+                       y);
   }
   void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
                    float* dx) override {
@@ -233,13 +238,20 @@ class BatchNormLayer final : public Layer {
 std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
                                   const LayerBinding& binding, int max_batch) {
   switch (plan.spec.kind) {
-    case LayerKind::conv2d: return std::make_unique<Conv2dLayer>(model, plan, binding, max_batch);
-    case LayerKind::max_pool: return std::make_unique<MaxPoolLayer>(model, plan, binding, max_batch);
-    case LayerKind::batch_norm: return std::make_unique<BatchNormLayer>(model, plan, binding, max_batch);
-    case LayerKind::relu: return std::make_unique<ReluLayer>(model, plan, binding, max_batch);
-    case LayerKind::dense: return std::make_unique<DenseLayer>(model, plan, binding, max_batch);
-    case LayerKind::dropout: return std::make_unique<DropoutLayer>(model, plan, binding, max_batch);
-    case LayerKind::flatten: return std::make_unique<FlattenLayer>(model, plan, binding, max_batch);
+    case LayerKind::conv2d:
+      return std::make_unique<Conv2dLayer>(model, plan, binding, max_batch);
+    case LayerKind::max_pool:
+      return std::make_unique<MaxPoolLayer>(model, plan, binding, max_batch);
+    case LayerKind::batch_norm:
+      return std::make_unique<BatchNormLayer>(model, plan, binding, max_batch);
+    case LayerKind::relu:
+      return std::make_unique<ReluLayer>(model, plan, binding, max_batch);
+    case LayerKind::dense:
+      return std::make_unique<DenseLayer>(model, plan, binding, max_batch);
+    case LayerKind::dropout:
+      return std::make_unique<DropoutLayer>(model, plan, binding, max_batch);
+    case LayerKind::flatten:
+      return std::make_unique<FlattenLayer>(model, plan, binding, max_batch);
   }
   MNIST_THROW(RuntimeError, "layer {}: no implementation for this kind", plan.label());
 }

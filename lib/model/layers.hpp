@@ -17,7 +17,7 @@ namespace mnist {
 
 // What one forward/backward pass over a slice of the global batch needs to know.
 struct PassContext {
-  int n = 0;                  // samples in this replica's slice
+  int n = 0;  // samples in this replica's slice
   bool training = true;
   uint32_t step = 0;          // 0-based global step (dropout keys)
   uint32_t first_sample = 0;  // position of this slice's first sample in the global batch
@@ -25,7 +25,7 @@ struct PassContext {
   // Sync batch norm: statistics are summed over all replicas through this hook, and normalised by
   // the global sample count. Empty means local statistics (each replica's own slice).
   std::function<void(float* data, std::size_t count)> all_reduce_sum;
-  int global_n = 0;           // samples in the global batch (sync batch norm)
+  int global_n = 0;  // samples in the global batch (sync batch norm)
 };
 
 // Where a layer's parameters and scratch live on its replica's device.

@@ -13,7 +13,9 @@ std::string SampleShape::str() const {
   return fmt::format("{}x{}x{}", c, h, w);
 }
 
-std::string LayerPlan::label() const { return fmt::format("{}:{}", index, to_string(spec.kind)); }
+std::string LayerPlan::label() const {
+  return fmt::format("{}:{}", index, to_string(spec.kind));
+}
 
 namespace {
 
@@ -48,11 +50,13 @@ void conv_dim(int in, int kernel, int stride, const LayerSpec& spec, int* out, i
   }
 }
 
-int add_slot(std::vector<TensorSlot>& slots, std::string name, std::vector<int> shape, bool decayed) {
+int add_slot(std::vector<TensorSlot>& slots, std::string name, std::vector<int> shape,
+             bool decayed) {
   TensorSlot slot;
   slot.name = std::move(name);
-  slot.count = std::accumulate(shape.begin(), shape.end(), std::size_t{1},
-                               [](std::size_t a, int b) { return a * static_cast<std::size_t>(b); });
+  slot.count =
+      std::accumulate(shape.begin(), shape.end(), std::size_t{1},
+                      [](std::size_t a, int b) { return a * static_cast<std::size_t>(b); });
   slot.shape = std::move(shape);
   slot.decayed = decayed;
   slots.push_back(std::move(slot));
@@ -94,7 +98,8 @@ Model Model::build(const ModelConfig& config) {
                       fmt::format("a {}x{} kernel with stride {} leaves no output", s.kernel,
                                   s.kernel, s.stride));
         p.out = SampleShape{s.filters, oh, ow};
-        p.weight = add_slot(m.params_, prefix + ".weight", {s.filters, cur.c, s.kernel, s.kernel}, true);
+        p.weight =
+            add_slot(m.params_, prefix + ".weight", {s.filters, cur.c, s.kernel, s.kernel}, true);
         if (s.bias) p.bias = add_slot(m.params_, prefix + ".bias", {s.filters}, false);
         p.flops_per_sample = 2LL * s.filters * cur.c * s.kernel * s.kernel * oh * ow;
         break;
@@ -193,7 +198,8 @@ std::vector<float> Model::initial_params(uint64_t seed) const {
         case InitKind::truncated_normal: {
           // TensorFlow's rule: draws beyond two standard deviations are redrawn.
           for (uint32_t attempt = 0;; ++attempt) {
-            const double z = normal_from(philox4x32(static_cast<uint32_t>(e), attempt, 0, 0, key.k0, key.k1));
+            const double z =
+                normal_from(philox4x32(static_cast<uint32_t>(e), attempt, 0, 0, key.k0, key.k1));
             if (std::abs(z) <= 2.0 || attempt == 1000) {
               value = init.mean + init.stddev * z;
               break;
@@ -239,10 +245,11 @@ std::string Model::summary() const {
     out += fmt::format("{:<4} {:<12} {:<12} {:>10} {:>12.3f}\n", p.index, to_string(p.spec.kind),
                        p.out.str(), count, p.flops_per_sample / 1e6);
   }
-  out += fmt::format("trainable parameters: {} ({} decayed kernels, {} biases/scales), "
-                     "batch-norm state: {}, forward {:.3f} MFLOP/sample",
-                     param_count_, decayed_count_, param_count_ - decayed_count_, state_count_,
-                     flops_per_sample() / 1e6);
+  out += fmt::format(
+      "trainable parameters: {} ({} decayed kernels, {} biases/scales), "
+      "batch-norm state: {}, forward {:.3f} MFLOP/sample",
+      param_count_, decayed_count_, param_count_ - decayed_count_, state_count_,
+      flops_per_sample() / 1e6);
   return out;
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 // The network as a plan: the ordered layer list with inferred shapes, the layout of every trainable
 // tensor inside the one flat parameter buffer, batch-norm running statistics inside the flat state
-// buffer, and per-sample FLOPs. Backend-neutral and buffer-free: a Replica (replica.hpp) instantiates
-// it on one device.
+// buffer, and per-sample FLOPs. Backend-neutral and buffer-free: a Replica (replica.hpp)
+// instantiates it on one device.
 
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +13,8 @@
 
 namespace mnist {
 
-// Per-sample activation shape (the batch dimension n is added at run time). Dense outputs are c x 1 x 1.
+// Per-sample activation shape (the batch dimension n is added at run time). Dense outputs are c x 1
+// x 1.
 struct SampleShape {
   int c = 0, h = 0, w = 0;
   std::size_t size() const { return static_cast<std::size_t>(c) * h * w; }
@@ -22,23 +23,23 @@ struct SampleShape {
 
 // One named tensor inside a flat buffer.
 struct TensorSlot {
-  std::string name;            // "layers.0.conv2d.weight", also the checkpoint tensor name
-  std::vector<int> shape;      // e.g. {6, 1, 5, 5}
-  std::size_t offset = 0;      // in floats, into the flat buffer it belongs to
+  std::string name;        // "layers.0.conv2d.weight", also the checkpoint tensor name
+  std::vector<int> shape;  // e.g. {6, 1, 5, 5}
+  std::size_t offset = 0;  // in floats, into the flat buffer it belongs to
   std::size_t count = 0;
-  bool decayed = false;        // receives weight decay (conv/dense kernels only)
+  bool decayed = false;  // receives weight decay (conv/dense kernels only)
 };
 
 struct LayerPlan {
   LayerSpec spec;
-  int index = 0;          // position in Model::layers
+  int index = 0;  // position in Model::layers
   SampleShape in, out;
   // Slots (indices into Model::params / Model::state); -1 when absent.
-  int weight = -1, bias = -1;          // conv2d, dense
-  int gamma = -1, beta = -1;           // batch_norm (scale, center)
+  int weight = -1, bias = -1;               // conv2d, dense
+  int gamma = -1, beta = -1;                // batch_norm (scale, center)
   int running_mean = -1, running_var = -1;  // batch_norm, in the state buffer
-  int64_t flops_per_sample = 0;        // forward multiply-adds x 2
-  std::string label() const;           // "2:conv2d"
+  int64_t flops_per_sample = 0;             // forward multiply-adds x 2
+  std::string label() const;                // "2:conv2d"
 };
 
 class Model {
@@ -58,7 +59,8 @@ class Model {
   int classes() const { return classes_; }
   int64_t flops_per_sample() const;  // forward
 
-  // Initial parameter and state values, a pure function of the seed (every replica computes the same).
+  // Initial parameter and state values, a pure function of the seed (every replica computes the
+  // same).
   std::vector<float> initial_params(uint64_t seed) const;
   std::vector<float> initial_state() const;
 

@@ -46,7 +46,9 @@ std::size_t Replica::device_bytes() const {
   return total;
 }
 
-void Replica::reset_metrics() { backend_.fill(metrics(), kMetricSlots, 0.0f); }
+void Replica::reset_metrics() {
+  backend_.fill(metrics(), kMetricSlots, 0.0f);
+}
 
 const float* Replica::run_forward(const PassContext& ctx) {
   const float* x = input_.data();

@@ -16,7 +16,8 @@ class Replica {
  public:
   Replica(const Model& model, Backend& backend, int max_batch);
 
-  // input(): x [max_batch, c, h, w] and labels(): int32 [max_batch], filled by Backend::gather_batch.
+  // input(): x [max_batch, c, h, w] and labels(): int32 [max_batch], filled by
+  // Backend::gather_batch.
   float* input() const { return input_.data(); }
   int32_t* labels() const { return labels_.data(); }
 
@@ -64,8 +65,8 @@ class Replica {
   DeviceBuffer<float> input_;
   DeviceBuffer<int32_t> labels_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<DeviceBuffer<float>> activations_;  // one per non-view layer output
-  std::vector<const float*> outputs_;             // per layer: its output (aliases for views)
+  std::vector<DeviceBuffer<float>> activations_;   // one per non-view layer output
+  std::vector<const float*> outputs_;              // per layer: its output (aliases for views)
   DeviceBuffer<float> grad_a_, grad_b_, dlogits_;  // ping-pong activation gradients
   LayerTimes* profile_ = nullptr;
 };

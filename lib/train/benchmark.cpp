@@ -20,8 +20,8 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOptions& o) {
-  MNIST_CHECK(o.batch >= 1 && o.steps >= 1 && o.warmup >= 0, "bad benchmark options: batch {}, steps {}",
-              o.batch, o.steps);
+  MNIST_CHECK(o.batch >= 1 && o.steps >= 1 && o.warmup >= 0,
+              "bad benchmark options: batch {}, steps {}", o.batch, o.steps);
   Replica replica(model, be, o.batch);
   // A small random image pool on the device; each step gathers a batch from it as training does.
   const int pool = std::max(o.batch, 4096);
@@ -29,7 +29,8 @@ BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOp
   std::vector<uint8_t> images(static_cast<std::size_t>(pool) * pixels), labels(pool);
   const RngKey key = make_rng_key(o.seed, 0x4000u);
   for (std::size_t i = 0; i < images.size(); ++i)
-    images[i] = static_cast<uint8_t>(philox4x32(static_cast<uint32_t>(i), 0, 0, 0, key.k0, key.k1).v[0]);
+    images[i] =
+        static_cast<uint8_t>(philox4x32(static_cast<uint32_t>(i), 0, 0, 0, key.k0, key.k1).v[0]);
   for (int i = 0; i < pool; ++i) labels[i] = static_cast<uint8_t>(i % model.classes());
   std::vector<int32_t> idx(o.batch);
   for (int i = 0; i < o.batch; ++i) idx[i] = (i * 7919) % pool;
@@ -55,8 +56,8 @@ BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOp
   double loss_ms = 0, update_ms = 0;
   auto one_step = [&](int64_t step, bool profile) {
     ctx.step = static_cast<uint32_t>(step);
-    be.gather_batch(d_images.data(), d_labels.data(), pixels, d_idx.data(), o.batch, replica.input(),
-                    replica.labels());
+    be.gather_batch(d_images.data(), d_labels.data(), pixels, d_idx.data(), o.batch,
+                    replica.input(), replica.labels());
     replica.reset_metrics();
     replica.forward_train(ctx, 1.0f / o.batch);
     replica.backward(ctx);
@@ -192,13 +193,14 @@ std::string format_benchmark(const BenchmarkResult& r) {
 std::string benchmark_json(const BenchmarkResult& r) {
   std::string layers;
   for (std::size_t i = 0; i < r.layers.size(); ++i)
-    layers += fmt::format("{}{{\"layer\":{},\"forward_ms\":{:.6g},\"backward_ms\":{:.6g}}}",
-                          i ? "," : "", json::quote(r.layers[i]), r.forward_ms[i], r.backward_ms[i]);
+    layers +=
+        fmt::format("{}{{\"layer\":{},\"forward_ms\":{:.6g},\"backward_ms\":{:.6g}}}", i ? "," : "",
+                    json::quote(r.layers[i]), r.forward_ms[i], r.backward_ms[i]);
   return fmt::format(
       "{{\"device\":{},\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_second\":{:.6g},"
       "\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"device_bytes\":{},\"layers\":[{}]}}",
-      json::quote(r.device), r.batch, r.steps, r.step_ms, r.samples_per_second, r.loss_ms, r.update_ms,
-      r.device_bytes, layers);
+      json::quote(r.device), r.batch, r.steps, r.step_ms, r.samples_per_second, r.loss_ms,
+      r.update_ms, r.device_bytes, layers);
 }
 
 }  // namespace mnist

@@ -14,8 +14,8 @@ namespace mnist {
 
 struct BenchmarkOptions {
   int batch = 1024;
-  int steps = 20;   // timed steps
-  int warmup = 3;   // untimed steps first (allocation, caches, clocks)
+  int steps = 20;  // timed steps
+  int warmup = 3;  // untimed steps first (allocation, caches, clocks)
   uint64_t seed = 42;
 };
 
@@ -23,9 +23,9 @@ struct BenchmarkResult {
   std::string device;
   int batch = 0;
   int steps = 0;
-  double step_ms = 0;              // mean wall time of a whole training step, unprofiled
+  double step_ms = 0;  // mean wall time of a whole training step, unprofiled
   double samples_per_second = 0;
-  std::vector<std::string> layers;         // "0:conv2d"
+  std::vector<std::string> layers;              // "0:conv2d"
   std::vector<double> forward_ms, backward_ms;  // per step, from a separate profiled pass
   double loss_ms = 0, update_ms = 0;            // softmax cross-entropy, optimizer (profiled)
   std::size_t device_bytes = 0;                 // replica memory
@@ -34,7 +34,8 @@ struct BenchmarkResult {
 
 // One training step = gather batch + forward + loss + backward + Adam update (no communication).
 // Inputs are random images (the speed does not depend on the pixels' values).
-BenchmarkResult run_benchmark(const Model& model, Backend& backend, const BenchmarkOptions& options);
+BenchmarkResult run_benchmark(const Model& model, Backend& backend,
+                              const BenchmarkOptions& options);
 
 std::string format_benchmark(const BenchmarkResult& r);
 

@@ -6,7 +6,6 @@
 
 #include "train/checkpoint.hpp"
 
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -364,7 +363,9 @@ Header read_header(const std::string& path) {
 }
 }  // namespace
 
-CheckpointState read_checkpoint_metadata(const std::string& path) { return read_header(path).ckpt; }
+CheckpointState read_checkpoint_metadata(const std::string& path) {
+  return read_header(path).ckpt;
+}
 
 CheckpointState load_checkpoint(const std::string& path, const Model& model) {
   Header h = read_header(path);

@@ -8,12 +8,14 @@
 // Header: {"__metadata__": {string: string}, "<tensor>": {"dtype": "F32", "shape": [...],
 //          "data_offsets": [begin, end]}, ...}, offsets in bytes relative to the data section.
 //
+// clang-format off
 // Tensors (names are the model's TensorSlot names):
 //   every parameter              e.g. "layers.0.conv2d.weight" [6, 1, 5, 5]
-//   every state slot             batch-norm running statistics, e.g.
-//   "layers.1.batch_norm.running_mean" "optimizer.m.<param name>"   Adam: first moment; SGD: the
-//   velocity (momentum buffer) "optimizer.v.<param name>"   Adam only: second moment (SGD
-//   checkpoints have no optimizer.v.*)
+//   every state slot             batch-norm running statistics,
+//                                e.g. "layers.1.batch_norm.running_mean"
+//   "optimizer.m.<param name>"   Adam: first moment; SGD: the velocity (momentum buffer)
+//   "optimizer.v.<param name>"   Adam only: second moment (SGD checkpoints have no optimizer.v.*)
+// clang-format on
 // Metadata (all values strings, as safetensors requires): see kMeta* below.
 //
 // PyTorch reads these with safetensors.torch.load_file(path) (metadata: safe_open(...).metadata()).
@@ -80,8 +82,8 @@ void save_checkpoint(const std::string& path, const Model& model, const Experime
 // check_resume_compatible for that.
 CheckpointState load_checkpoint(const std::string& path, const Model& model);
 
-// The header and metadata only, validated (no tensors, no model needed): `mnist-train eval` reads the
-// config the checkpoint was trained with from here before it can build the model.
+// The header and metadata only, validated (no tensors, no model needed): `mnist-train eval` reads
+// the config the checkpoint was trained with from here before it can build the model.
 CheckpointState read_checkpoint_metadata(const std::string& path);
 
 // ---- what must match to resume ----------------------------------------------------------------

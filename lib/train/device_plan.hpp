@@ -14,13 +14,15 @@ namespace mnist {
 
 struct DevicePlan {
   DeviceKind kind = DeviceKind::cpu;
-  std::vector<int> gpus;       // CUDA ordinals, one per worker (repeats allowed: workers sharing a GPU)
+  std::vector<int> gpus;  // CUDA ordinals, one per worker (repeats allowed: workers sharing a GPU)
   int cpu_workers = 1;
   int threads_per_worker = 1;  // CPU backend
   std::string engine = "native";
-  std::string note;            // one line for the log when the choice deserves explaining
+  std::string note;  // one line for the log when the choice deserves explaining
 
-  int workers() const { return kind == DeviceKind::cuda ? static_cast<int>(gpus.size()) : cpu_workers; }
+  int workers() const {
+    return kind == DeviceKind::cuda ? static_cast<int>(gpus.size()) : cpu_workers;
+  }
   BackendFactory factory() const;
   std::string describe() const;
 };

@@ -80,15 +80,16 @@ EvaluationReport evaluate_model(const Model& model, Backend& be, const std::vect
   r.accuracy = test.count ? static_cast<double>(correct) / test.count : 0;
   for (int c = 0; c < classes; ++c) {
     const int64_t total = std::accumulate(r.confusion[c].begin(), r.confusion[c].end(), int64_t{0});
-    r.class_accuracy.push_back(total ? static_cast<double>(r.confusion[c][c]) / total : std::nan(""));
+    r.class_accuracy.push_back(total ? static_cast<double>(r.confusion[c][c]) / total
+                                     : std::nan(""));
   }
   return r;
 }
 
 std::string format_report(const EvaluationReport& r) {
   const int classes = static_cast<int>(r.confusion.size());
-  std::string out = fmt::format("test images {}: loss {:.4f}, accuracy {:.4f}\n", r.samples, r.loss,
-                                r.accuracy);
+  std::string out =
+      fmt::format("test images {}: loss {:.4f}, accuracy {:.4f}\n", r.samples, r.loss, r.accuracy);
   out += "per class accuracy:";
   for (int c = 0; c < classes; ++c) out += fmt::format(" {}={:.3f}", c, r.class_accuracy[c]);
   out += "\nconfusion matrix (rows: true class, columns: predicted):\n      ";

@@ -11,8 +11,8 @@
 
 namespace mnist {
 
-// Class probabilities of every image of `images` (labels ignored): [count][classes], in the order of
-// the set. Runs the network in evaluation mode on `backend` in batches of `batch`.
+// Class probabilities of every image of `images` (labels ignored): [count][classes], in the order
+// of the set. Runs the network in evaluation mode on `backend` in batches of `batch`.
 std::vector<std::vector<float>> predict_probabilities(const Model& model, Backend& backend,
                                                       const std::vector<float>& params,
                                                       const std::vector<float>& state,
@@ -25,8 +25,9 @@ struct EvaluationReport {
   std::vector<double> class_accuracy;           // correct / samples of that class (NaN if none)
 };
 
-EvaluationReport evaluate_model(const Model& model, Backend& backend, const std::vector<float>& params,
-                                const std::vector<float>& state, const ImageSet& test, int batch = 1000);
+EvaluationReport evaluate_model(const Model& model, Backend& backend,
+                                const std::vector<float>& params, const std::vector<float>& state,
+                                const ImageSet& test, int batch = 1000);
 
 std::string format_report(const EvaluationReport& r);
 

@@ -9,11 +9,17 @@ namespace mnist {
 
 namespace {
 // JSON has no NaN/Infinity: non-finite numbers become null.
-std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null"; }
+std::string json_number(double v) {
+  return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null";
+}
 }  // namespace
 
-RunLog::RunLog(const Experiment& experiment, std::shared_ptr<spdlog::logger> logger, bool write_files)
-    : experiment_(experiment), log_(std::move(logger)), write_files_(write_files), dir_(experiment.output.dir) {
+RunLog::RunLog(const Experiment& experiment, std::shared_ptr<spdlog::logger> logger,
+               bool write_files)
+    : experiment_(experiment),
+      log_(std::move(logger)),
+      write_files_(write_files),
+      dir_(experiment.output.dir) {
   if (!write_files_) return;
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
@@ -22,12 +28,14 @@ RunLog::RunLog(const Experiment& experiment, std::shared_ptr<spdlog::logger> log
   config << to_yaml(experiment);
   metrics_.open(dir_ + "/metrics.jsonl", std::ios::app);
   if (!config || !metrics_)
-    MNIST_THROW(RuntimeError, "cannot write to the run directory {} (config.yaml, metrics.jsonl)", dir_);
+    MNIST_THROW(RuntimeError, "cannot write to the run directory {} (config.yaml, metrics.jsonl)",
+                dir_);
 }
 
 std::string RunLog::step_json(const StepRecord& r) {
   return fmt::format(
-      "{{\"type\":\"train\",\"step\":{},\"total_steps\":{},\"epoch\":{},\"loss\":{},\"accuracy\":{},"
+      "{{\"type\":\"train\",\"step\":{},\"total_steps\":{},\"epoch\":{},\"loss\":{},\"accuracy\":{}"
+      ","
       "\"lr\":{},\"samples_per_second\":{},\"compute_ms\":{},\"comm_ms\":{}}}",
       r.step, r.total_steps, json_number(r.epoch), json_number(r.loss), json_number(r.accuracy),
       json_number(r.lr), json_number(r.samples_per_second), json_number(r.compute_ms),
@@ -47,10 +55,11 @@ void RunLog::on_step(const StepRecord& r) {
     log_->info("Step:{}:{:.6f} {:.6f}", r.step, r.loss, r.accuracy);
   } else {
     const int width = static_cast<int>(std::to_string(r.total_steps).size());
-    log_->info("step {:>{}}/{} epoch {:.2f} loss {:.4f} acc {:.4f} lr {:.2e} {:.0f} samples/s "
-               "compute {:.2f} ms comm {:.2f} ms",
-               r.step, width, r.total_steps, r.epoch, r.loss, r.accuracy, r.lr,
-               r.samples_per_second, r.compute_ms, r.comm_ms);
+    log_->info(
+        "step {:>{}}/{} epoch {:.2f} loss {:.4f} acc {:.4f} lr {:.2e} {:.0f} samples/s "
+        "compute {:.2f} ms comm {:.2f} ms",
+        r.step, width, r.total_steps, r.epoch, r.loss, r.accuracy, r.lr, r.samples_per_second,
+        r.compute_ms, r.comm_ms);
   }
 }
 
@@ -63,19 +72,22 @@ void RunLog::on_eval(const EvalRecord& r) {
                r.accuracy, r.samples);
 }
 
-void RunLog::finish(const TrainSummary& s, const std::string& devices, const std::string& data_source) {
+void RunLog::finish(const TrainSummary& s, const std::string& devices,
+                    const std::string& data_source) {
   if (!write_files_) return;
   if (experiment_.output.log_format == LogFormat::seed) {
     log_->info("Done");
     log_->info("Testing Accuracy: {:.4f}", s.final_eval.accuracy);
   }
-  log_->info("done: {} steps of {} in {:.2f} s ({:.0f} samples/s); test accuracy {:.4f}, loss {:.4f}; "
-             "run directory {}",
-             s.steps, s.global_batch, s.wall_seconds, s.samples_per_second, s.final_eval.accuracy,
-             s.final_eval.loss, dir_);
+  log_->info(
+      "done: {} steps of {} in {:.2f} s ({:.0f} samples/s); test accuracy {:.4f}, loss {:.4f}; "
+      "run directory {}",
+      s.steps, s.global_batch, s.wall_seconds, s.samples_per_second, s.final_eval.accuracy,
+      s.final_eval.loss, dir_);
   std::ofstream out(dir_ + "/summary.json");
   out << fmt::format(
-      "{{\"name\":{},\"steps\":{},\"global_batch\":{},\"wall_seconds\":{},\"samples_per_second\":{},"
+      "{{\"name\":{},\"steps\":{},\"global_batch\":{},\"wall_seconds\":{},\"samples_per_second\":{}"
+      ","
       "\"final_train_loss\":{},\"final_train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},"
       "\"test_samples\":{},\"devices\":{},\"data\":{}}}\n",
       json::quote(experiment_.name), s.steps, s.global_batch, json_number(s.wall_seconds),

@@ -15,8 +15,8 @@ namespace mnist {
 
 namespace {
 
-CheckpointState to_checkpoint(const Trainer::Snapshot& s, const Trainer& trainer, const Dataset& data,
-                              int replicas) {
+CheckpointState to_checkpoint(const Trainer::Snapshot& s, const Trainer& trainer,
+                              const Dataset& data, int replicas) {
   // A checkpoint must hold the last good state: refuse to write non-finite parameters.
   for (std::size_t i = 0; i < s.params.size(); ++i)
     if (!std::isfinite(s.params[i]))
@@ -38,9 +38,11 @@ CheckpointState to_checkpoint(const Trainer::Snapshot& s, const Trainer& trainer
 
 // The communicator of this process's workers. Across processes: CPU workers reduce locally, then
 // with MPI; GPU workers join one NCCL communicator whose id rank 0 broadcasts with MPI.
-std::unique_ptr<Communicator> make_run_communicator(const DevicePlan& devices, ProcessGroup& group) {
+std::unique_ptr<Communicator> make_run_communicator(const DevicePlan& devices,
+                                                    ProcessGroup& group) {
   if (devices.kind == DeviceKind::cpu)
-    return std::make_unique<ThreadCommunicator>(devices.workers(), group.upper_reduce(), group.size());
+    return std::make_unique<ThreadCommunicator>(devices.workers(), group.upper_reduce(),
+                                                group.size());
   if (group.size() == 1) return make_communicator(devices);
   NcclIdBytes id{};
   if (group.rank() == 0) id = make_nccl_id();
@@ -51,9 +53,9 @@ std::unique_ptr<Communicator> make_run_communicator(const DevicePlan& devices, P
 
 }  // namespace
 
-SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& device_plan,
-                          const SessionOptions& options, std::shared_ptr<spdlog::logger> log,
-                          ProcessGroup& group) {
+SessionResult run_session(const Experiment& experiment, const Model& model,
+                          const DevicePlan& device_plan, const SessionOptions& options,
+                          std::shared_ptr<spdlog::logger> log, ProcessGroup& group) {
   // Several processes on one node share its GPUs: each takes an equal, disjoint part of the list,
   // chosen by its node-local rank.
   DevicePlan devices = device_plan;
@@ -76,7 +78,8 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
             data.provenance.empty() ? "" : "; source: " + data.provenance);
   if (data.train.rows != experiment.model.input_h || data.train.cols != experiment.model.input_w)
     MNIST_THROW(DataError, "{}: images are {}x{} but model.input is {}x{}", data.train.images_path,
-                data.train.rows, data.train.cols, experiment.model.input_h, experiment.model.input_w);
+                data.train.rows, data.train.cols, experiment.model.input_h,
+                experiment.model.input_w);
   if (!devices.note.empty()) log->info("{}", devices.note);
   if (group.size() > 1) {
     check_same_run(group, experiment, data);
@@ -106,7 +109,8 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
   }
   if (resume) {
     if (options.force_resume) {
-      for (const std::string& d : math_config_differences(experiment, resume->metadata["math_config"]))
+      for (const std::string& d :
+           math_config_differences(experiment, resume->metadata["math_config"]))
         log->warn("--force-resume: {}", d);
     } else {
       check_resume_compatible(*resume, experiment, resume_path);
@@ -118,7 +122,8 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
   TrainerOptions trainer_options = options.trainer;
   if (group.size() > 1 && options.trainer.stop_requested) {
     // A signal may reach one rank only; every rank must stop after the same step, so the request is
-    // agreed with a (tiny) collective after each step. Workers are idle then: no concurrent MPI use.
+    // agreed with a (tiny) collective after each step. Workers are idle then: no concurrent MPI
+    // use.
     trainer_options.stop_requested = [&group, local = options.trainer.stop_requested] {
       const int mine = local();
       float votes[2] = {mine == kStopInterrupt ? 1.0f : 0.0f, mine == kStopRequeue ? 1.0f : 0.0f};
@@ -132,7 +137,8 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
   auto save = [&](Trainer& trainer) {
     const Trainer::Snapshot snapshot = trainer.snapshot();
     std::string path;
-    if (rank0) path = checkpoints.save(model, experiment, to_checkpoint(snapshot, trainer, data, replicas));
+    if (rank0)
+      path = checkpoints.save(model, experiment, to_checkpoint(snapshot, trainer, data, replicas));
     group.barrier();
     return path;
   };
@@ -145,9 +151,9 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
                   group.rank() * devices.workers(), trainer_options);
   trainer_ptr = &trainer;
   const BatchPlan& plan = trainer.plan();
-  log->info("devices: {} ({}); {} steps, global batch {} ({} per replica){}", trainer.device_names(),
-            comm->name(),
-            plan.steps, plan.global_batch, plan.slice_begin[1] - plan.slice_begin[0],
+  log->info("devices: {} ({}); {} steps, global batch {} ({} per replica){}",
+            trainer.device_names(), comm->name(), plan.steps, plan.global_batch,
+            plan.slice_begin[1] - plan.slice_begin[0],
             experiment.train.scale_lr_with_devices ? fmt::format(", lr scaled x{}", replicas) : "");
   if (resume) {
     const auto saved_batch = resume->metadata.find("global_batch");
@@ -175,10 +181,11 @@ SessionResult run_session(const Experiment& experiment, const Model& model, cons
   if (result.summary.stop_reason != kNoStop) {
     result.outcome = result.summary.stop_reason == kStopRequeue ? SessionOutcome::requeue
                                                                 : SessionOutcome::interrupted;
-    if (rank0) log->warn("stopped at step {} of {} ({}); checkpoint {}; continue with --resume auto",
-              result.summary.steps, plan.steps,
-              result.outcome == SessionOutcome::requeue ? "SIGUSR1: requeue" : "interrupted",
-              result.checkpoint);
+    if (rank0)
+      log->warn("stopped at step {} of {} ({}); checkpoint {}; continue with --resume auto",
+                result.summary.steps, plan.steps,
+                result.outcome == SessionOutcome::requeue ? "SIGUSR1: requeue" : "interrupted",
+                result.checkpoint);
     return result;
   }
   if (rank0) log->info("checkpoint {}", result.checkpoint);

@@ -1,7 +1,7 @@
 #pragma once
-// One training run as the CLI runs it: data, devices, trainer, run directory, checkpoints (periodic,
-// final, and on a stop request), resume. Kept out of main() so main only parses and maps outcomes
-// to exit codes.
+// One training run as the CLI runs it: data, devices, trainer, run directory, checkpoints
+// (periodic, final, and on a stop request), resume. Kept out of main() so main only parses and maps
+// outcomes to exit codes.
 
 #include <functional>
 #include <memory>
@@ -39,8 +39,8 @@ struct SessionResult {
 
 // `group`: the processes of the run (size 1 without a launcher). Every rank trains its local
 // workers; rank 0 alone writes the run directory and checkpoints.
-SessionResult run_session(const Experiment& experiment, const Model& model, const DevicePlan& devices,
-                          const SessionOptions& options, std::shared_ptr<spdlog::logger> log,
-                          ProcessGroup& group);
+SessionResult run_session(const Experiment& experiment, const Model& model,
+                          const DevicePlan& devices, const SessionOptions& options,
+                          std::shared_ptr<spdlog::logger> log, ProcessGroup& group);
 
 }  // namespace mnist

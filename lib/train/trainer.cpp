@@ -19,29 +19,40 @@ namespace mnist {
 
 const char* to_string(Phase p) {
   switch (p) {
-    case Phase::idle: return "idle";
-    case Phase::setup: return "setup";
-    case Phase::data: return "data";
-    case Phase::forward: return "forward";
-    case Phase::backward: return "backward";
-    case Phase::reduce: return "reduce";
-    case Phase::update: return "update";
-    case Phase::evaluate: return "evaluate";
+    case Phase::idle:
+      return "idle";
+    case Phase::setup:
+      return "setup";
+    case Phase::data:
+      return "data";
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::reduce:
+      return "reduce";
+    case Phase::update:
+      return "update";
+    case Phase::evaluate:
+      return "evaluate";
   }
   return "?";
 }
 
 BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size) {
   BatchPlan plan;
-  plan.global_batch = train.global_batch > 0 ? train.global_batch : train.batch_per_device * replicas;
+  plan.global_batch =
+      train.global_batch > 0 ? train.global_batch : train.batch_per_device * replicas;
   if (plan.global_batch < replicas)
     MNIST_THROW(ConfigError,
                 "train.global_batch: {} samples cannot be split over {} replicas: each needs at "
                 "least one",
                 plan.global_batch, replicas);
-  for (int k = 0; k <= replicas; ++k) plan.slice_begin.push_back(slice_begin(plan.global_batch, replicas, k));
-  plan.steps = train.steps > 0 ? train.steps
-                               : static_cast<int64_t>(std::ceil(train.epochs * train_size / plan.global_batch));
+  for (int k = 0; k <= replicas; ++k)
+    plan.slice_begin.push_back(slice_begin(plan.global_batch, replicas, k));
+  plan.steps = train.steps > 0
+                   ? train.steps
+                   : static_cast<int64_t>(std::ceil(train.epochs * train_size / plan.global_batch));
   return plan;
 }
 
@@ -142,7 +153,8 @@ void Trainer::dispatch(int job) {
     std::chrono::duration<double> longest{0};
     for (const Worker& w : sh.workers) {
       if (static_cast<Phase>(w.phase.load()) == Phase::idle) continue;
-      const std::chrono::duration<double> busy{std::chrono::nanoseconds(now - w.phase_since_ns.load())};
+      const std::chrono::duration<double> busy{
+          std::chrono::nanoseconds(now - w.phase_since_ns.load())};
       if (busy > longest) {
         longest = busy;
         slowest = &w;
@@ -155,7 +167,8 @@ void Trainer::dispatch(int job) {
         const double busy = (now - w.phase_since_ns.load()) / 1e9;
         others += fmt::format("{}{} in '{}'", others.empty() ? "" : ", ", w.name,
                               to_string(static_cast<Phase>(w.phase.load())));
-        if (static_cast<Phase>(w.phase.load()) != Phase::idle) others += fmt::format(" for {:.1f} s", busy);
+        if (static_cast<Phase>(w.phase.load()) != Phase::idle)
+          others += fmt::format(" for {:.1f} s", busy);
       }
       sh.failed = true;
       sh.error = fmt::format(
@@ -245,7 +258,9 @@ void Trainer::worker_main(int k) {
     pass.seed = experiment_.seed;
     pass.global_n = plan_.global_batch;
     if (experiment_.train.batch_norm == BatchNormMode::sync)
-      pass.all_reduce_sum = [&](float* data, std::size_t count) { comm_.all_reduce_sum(k, be, data, count); };
+      pass.all_reduce_sum = [&](float* data, std::size_t count) {
+        comm_.all_reduce_sum(k, be, data, count);
+      };
     const OptimizerConfig& opt = experiment_.optimizer;
 
     uint64_t seen_job = 0;
@@ -288,15 +303,18 @@ void Trainer::worker_main(int k) {
         s.momentum = static_cast<float>(opt.momentum);
         s.nesterov = opt.nesterov;
         s.step = step + 1;
-        if (opt.weight_decay_mode == WeightDecayMode::l2) s.l2 = static_cast<float>(opt.weight_decay);
-        else s.decoupled_wd = static_cast<float>(opt.weight_decay);
+        if (opt.weight_decay_mode == WeightDecayMode::l2)
+          s.l2 = static_cast<float>(opt.weight_decay);
+        else
+          s.decoupled_wd = static_cast<float>(opt.weight_decay);
         if (opt.kind == OptimizerKind::adam)
           be.adam_update(model_.param_count(), model_.decayed_count(), s, replica.params(),
                          replica.grads(), replica.moment1(), replica.moment2());
         else
           be.sgd_update(model_.param_count(), model_.decayed_count(), s, replica.params(),
                         replica.grads(), replica.moment1());
-        if (k == 0 && sh.want_metrics) be.copy_to_host(sh.metrics, replica.metrics(), sizeof(sh.metrics));
+        if (k == 0 && sh.want_metrics)
+          be.copy_to_host(sh.metrics, replica.metrics(), sizeof(sh.metrics));
         self.compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
         self.comm_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
       } else if (job == kAverageState) {
@@ -344,8 +362,10 @@ void Trainer::worker_main(int k) {
         be.copy_to_device(replica.params(), sh.params.data(), n * sizeof(float));
         be.copy_to_device(replica.state(), sh.state.data(), sh.state.size() * sizeof(float));
         be.copy_to_device(replica.moment1(), sh.moment1.data(), n * sizeof(float));
-        if (sh.moment2.empty()) be.fill(replica.moment2(), n, 0.0f);
-        else be.copy_to_device(replica.moment2(), sh.moment2.data(), n * sizeof(float));
+        if (sh.moment2.empty())
+          be.fill(replica.moment2(), n, 0.0f);
+        else
+          be.copy_to_device(replica.moment2(), sh.moment2.data(), n * sizeof(float));
       }
       // A training step stays queued on the device (no host round trip) unless its metrics
       // were read; every other job completes before the coordinator moves on.
@@ -387,7 +407,9 @@ void Trainer::train_step(bool want_metrics) {
   ++next_step_;
 }
 
-void Trainer::step() { train_step(false); }
+void Trainer::step() {
+  train_step(false);
+}
 
 EvalRecord Trainer::evaluate() {
   if (experiment_.train.batch_norm == BatchNormMode::local) dispatch(kAverageState);
@@ -438,8 +460,9 @@ TrainSummary Trainer::run(RunObserver& observer) {
       r.compute_ms = compute_ms / window_steps;
       r.comm_ms = comm_ms / window_steps;
       if (!std::isfinite(r.loss))
-        MNIST_THROW(DivergenceError, "step {}: the training loss is {} (learning rate {:g}); stopping",
-                    r.step, r.loss, r.lr);
+        MNIST_THROW(DivergenceError,
+                    "step {}: the training loss is {} (learning rate {:g}); stopping", r.step,
+                    r.loss, r.lr);
       observer.on_step(r);
       summary.last_step = r;
       window_steps = 0;
@@ -459,7 +482,8 @@ TrainSummary Trainer::run(RunObserver& observer) {
   }
   summary.steps = next_step_;
   summary.wall_seconds = train_seconds;
-  summary.samples_per_second = (next_step_ - first_step) * static_cast<double>(plan_.global_batch) / std::max(train_seconds, 1e-9);
+  summary.samples_per_second = (next_step_ - first_step) * static_cast<double>(plan_.global_batch) /
+                               std::max(train_seconds, 1e-9);
   if (summary.stop_reason == 0) {
     summary.final_eval = evaluate();
     observer.on_eval(summary.final_eval);

@@ -8,9 +8,9 @@
 //   backward gradients of (per-sample loss sum) / global batch into the flat gradient buffer
 //   reduce   one all-reduce (sum) over [gradients | loss sum, correct, samples]
 //   update   the same optimizer step on every replica, so replicas never drift
-// A failure in any worker aborts the communicator (waking the others) and surfaces from run() as one
-// RuntimeError naming the worker, device, step and phase; a worker that stays in one phase longer
-// than train.watchdog_seconds is reported as stalled instead of hanging the run.
+// A failure in any worker aborts the communicator (waking the others) and surfaces from run() as
+// one RuntimeError naming the worker, device, step and phase; a worker that stays in one phase
+// longer than train.watchdog_seconds is reported as stalled instead of hanging the run.
 
 #include <cstdint>
 #include <functional>
@@ -32,7 +32,7 @@ const char* to_string(Phase p);
 
 // Figures of one logged training step (the global batch's, reduced over all replicas).
 struct StepRecord {
-  int64_t step = 0;   // 1-based: steps completed
+  int64_t step = 0;  // 1-based: steps completed
   int64_t total_steps = 0;
   double epoch = 0;
   double loss = 0, accuracy = 0;
@@ -71,8 +71,9 @@ using BackendFactory = std::function<std::unique_ptr<Backend>(int worker)>;
 struct TrainerOptions {
   // Called by every worker when it enters a phase; tests throw from it to inject failures.
   std::function<void(int worker, int64_t step, Phase phase)> phase_hook;
-  // Polled by the coordinator after every step: when it returns non-zero, run() finishes the step in
-  // flight and returns early with TrainSummary::stop_reason set to that value (signal handlers set it).
+  // Polled by the coordinator after every step: when it returns non-zero, run() finishes the step
+  // in flight and returns early with TrainSummary::stop_reason set to that value (signal handlers
+  // set it).
   std::function<int()> stop_requested;
   // Called by the coordinator after every step whose number is a multiple of `checkpoint_every`
   // (and not after the last step: the caller saves the final state itself).

@@ -1,9 +1,11 @@
 // Convolution as implicit GEMM: the im2col matrix is never materialised; the B-operand loader of
 // tiled_gemm.cuh computes each patch element's address (zero in the padding) on the fly.
-//   forward          C[k, (n,oy,ox)]    = W[k, (c,r,s)]      x  X[(c,r,s), (n,oy,ox)]     grid:
-//   N/64 x K/64 backward_data    C[c, (n,iy,ix)]    = W^T[c, (k,r,s)]    x  dY[(k,r,s), (n,iy,ix)]
-//   grid: N/64 x C/64 backward_weights C[k, (c,r,s)]      = dY[k, (n,oy,ox)]   x  X[(n,oy,ox),
-//   (c,r,s)]     grid: tiles x splits
+// clang-format off
+//   pass              product                                                  grid
+//   forward           C[k, (n,oy,ox)] = W[k, (c,r,s)]    x X[(c,r,s), (n,oy,ox)]   N/64 x K/64
+//   backward_data     C[c, (n,iy,ix)] = W^T[c, (k,r,s)]  x dY[(k,r,s), (n,iy,ix)]  N/64 x C/64
+//   backward_weights  C[k, (c,r,s)]   = dY[k, (n,oy,ox)] x X[(n,oy,ox), (c,r,s)]   tiles x splits
+// clang-format on
 // backward_weights has a tiny C (k x c*kh*kw) and a huge reduction (n*out_h*out_w), so it splits
 // the reduction over grid.z: each split writes its partial tile into the workspace and
 // conv2d_backward_weights_reduce_kernel adds the splits in a fixed order (deterministic, no
