@@ -12,10 +12,10 @@
 using namespace mnist;
 
 TEST_CASE("the seed network learns MNIST on the CPU", "[accuracy]") {
-  const Experiment e = load_experiment(std::string(MNIST_SOURCE_DIR) + "/configs/seed_single_gpu.yaml",
-                                       {"devices.backend=cpu", "train.steps=300",
-                                        "train.batch_per_device=256", "train.log_every=100",
-                                        "data.dir=" MNIST_SOURCE_DIR "/data/mnist"});
+  const Experiment e =
+      load_experiment(std::string(MNIST_SOURCE_DIR) + "/configs/seed_single_gpu.yaml",
+                      {"devices.backend=cpu", "train.steps=300", "train.batch_per_device=256",
+                       "train.log_every=100", "data.dir=" MNIST_SOURCE_DIR "/data/mnist"});
   const Model model = Model::build(e.model);
   // Missing files fail here with the message that says how to fetch them.
   const Dataset data = load_dataset(e.data, e.model.classes);

@@ -1,11 +1,11 @@
 // The command line as users meet it: exit codes, messages, --dry-run and --version, run directory.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sys/wait.h>
 
 namespace {
 
@@ -43,7 +43,8 @@ TEST_CASE("dry run validates, prints the layer table and exits 0", "[cli]") {
   CHECK(r.output.find("trainable parameters: 61878") != std::string::npos);
   CHECK(r.output.find("6x28x28") != std::string::npos);
   CHECK(r.output.find("model:") != std::string::npos);  // the resolved config comes first
-  const Result scaled = run_cli("--config configs/seed_single_gpu.yaml --dry-run --set model.batch_norm.scale=true");
+  const Result scaled =
+      run_cli("--config configs/seed_single_gpu.yaml --dry-run --set model.batch_norm.scale=true");
   CHECK(scaled.output.find("trainable parameters: 61996") != std::string::npos);
 }
 
@@ -83,7 +84,8 @@ TEST_CASE("a bad --set override and bad flags exit 2", "[cli]") {
 }
 
 TEST_CASE("missing data files are a data error (exit 2) that says how to fetch them", "[cli]") {
-  const Result r = run_cli("--config configs/seed_single_gpu.yaml --set data.dir=/nonexistent/mnist");
+  const Result r =
+      run_cli("--config configs/seed_single_gpu.yaml --set data.dir=/nonexistent/mnist");
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK(r.output.find("/nonexistent/mnist") != std::string::npos);
@@ -103,7 +105,8 @@ TEST_CASE("a short CPU run writes the run directory and exits 0", "[cli]") {
   std::filesystem::remove_all(dir);
   const Result r = run_cli(
       "--config configs/cpu_quickstart.yaml --set train.steps=4 --set train.log_every=2 "
-      "--set output.dir=" + dir.string());
+      "--set output.dir=" +
+      dir.string());
   INFO(r.output);
   REQUIRE(r.code == 0);
   CHECK(r.output.find("step 2/4") != std::string::npos);
@@ -124,7 +127,8 @@ TEST_CASE("the seed log format prints Step:N:loss acc lines", "[cli]") {
   const auto dir = std::filesystem::temp_directory_path() / "mnist-train-cli-seed";
   const Result r = run_cli(
       "--config configs/cpu_quickstart.yaml --set train.steps=2 --set train.log_every=1 "
-      "--log-format seed --set output.dir=" + dir.string());
+      "--log-format seed --set output.dir=" +
+      dir.string());
   INFO(r.output);
   REQUIRE(r.code == 0);
   CHECK(r.output.find("Step:1:") != std::string::npos);

@@ -22,35 +22,20 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "model/model.hpp"
+#include "support/checkpoint_fixtures.hpp"
+#include "support/idx_writer.hpp"
 #include "support/synthetic.hpp"
 #include "train/checkpoint.hpp"
 
 using namespace mnist;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
+using mnist::test::checkpoint_experiment;
+using mnist::test::filled_state;
+using mnist::test::ScratchDir;
+using mnist::test::values;
 
 namespace {
-
-// A fresh, empty folder per test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("mnist-ckpt-test-{}-{}", ::getpid(), counter++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-Experiment experiment(const std::string& yaml_extra = "",
-                      const std::vector<std::string>& overrides = {}) {
-  return parse_experiment(testing::small_network_yaml(yaml_extra), "ckpt-test.yaml", overrides);
-}
 
 // Same network with the last dense layer's bias removed: one parameter fewer.
 Experiment experiment_without_last_bias() {
@@ -58,33 +43,6 @@ Experiment experiment_without_last_bias() {
   const std::string last = "dense: {units: 10}";
   yaml.replace(yaml.find(last), last.size(), "dense: {units: 10, bias: false}");
   return parse_experiment(yaml, "ckpt-test-nobias.yaml");
-}
-
-// Distinct, awkward values: every float differs from its neighbours, and the set includes signed
-// zero, a subnormal, infinities and a NaN with a payload, which only a bit-exact copy preserves.
-std::vector<float> values(std::size_t n, float base) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = base + 0.001f * static_cast<float>(i) - 0.37f;
-  const uint32_t nan_bits = 0x7fc01234u;
-  float nan;
-  std::memcpy(&nan, &nan_bits, 4);
-  const float specials[] = {-0.0f, 1e-42f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), nan};
-  for (std::size_t i = 0; i < 5 && i < n; ++i) v[(i * 7919) % n] = specials[i];
-  return v;
-}
-
-CheckpointState filled_state(const Model& model, bool adam, int64_t step = 123) {
-  CheckpointState c;
-  c.step = step;
-  c.epoch = 2.75;
-  c.data_source = "synthetic (made in memory) \"quoted\"\nsecond line";
-  c.params = values(model.param_count(), 1.0f);
-  c.state = values(model.state_count(), 50.0f);
-  c.moment1 = values(model.param_count(), -3.0f);
-  if (adam) c.moment2 = values(model.param_count(), 7.0f);
-  c.metadata["global_batch"] = "24";
-  return c;
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -182,10 +140,11 @@ std::shared_ptr<spdlog::logger> capture_logger(std::ostringstream& out) {
 }  // namespace
 
 TEST_CASE("a checkpoint round-trips floats bit-exactly and keeps its metadata", "[checkpoint]") {
-  TempDir dir;
+  ScratchDir dir;
   for (const bool adam : {true, false}) {
     const Experiment e =
-        adam ? experiment() : experiment("", {"optimizer.type=sgd", "optimizer.momentum=0.9"});
+        adam ? checkpoint_experiment()
+             : checkpoint_experiment("", {"optimizer.type=sgd", "optimizer.momentum=0.9"});
     const Model model = Model::build(e.model);
     const CheckpointState saved = filled_state(model, adam);
     const std::string path = dir.file(adam ? "adam.safetensors" : "sgd.safetensors");
@@ -228,8 +187,8 @@ TEST_CASE("a checkpoint round-trips floats bit-exactly and keeps its metadata", 
 }
 
 TEST_CASE("saving checks the buffers against the model and optimizer", "[checkpoint]") {
-  TempDir dir;
-  const Experiment e = experiment();
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
   const Model model = Model::build(e.model);
   CheckpointState c = filled_state(model, true);
   c.moment2.clear();  // Adam needs its second moment
@@ -237,18 +196,18 @@ TEST_CASE("saving checks the buffers against the model and optimizer", "[checkpo
   c = filled_state(model, true);
   c.metadata[kMetaStep] = "5";  // the writer owns the required keys
   CHECK_THROWS_AS(save_checkpoint(dir.file("x.safetensors"), model, e, c), RuntimeError);
-  CHECK(fs::is_empty(dir.path));
+  CHECK(fs::is_empty(dir.path()));
 }
 
 TEST_CASE("checkpoint writes are atomic and leave no temporary file", "[checkpoint]") {
-  TempDir dir;
-  const Experiment e = experiment();
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
   const Model model = Model::build(e.model);
   const std::string path = dir.file("step.safetensors");
   save_checkpoint(path, model, e, filled_state(model, true, 1));
   save_checkpoint(path, model, e, filled_state(model, true, 2));  // replaces the first
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir.path))
+  for (const auto& entry : fs::directory_iterator(dir.path()))
     names.push_back(entry.path().filename().string());
   CHECK(names == std::vector<std::string>{"step.safetensors"});
   CHECK(load_checkpoint(path, model).step == 2);
@@ -269,11 +228,11 @@ TEST_CASE("checkpoint writes are atomic and leave no temporary file", "[checkpoi
 }
 
 TEST_CASE("the checkpoint folder keeps the newest K files", "[checkpoint]") {
-  TempDir dir;
-  const Experiment e = experiment();
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
   const Model model = Model::build(e.model);
-  CheckpointDirectory ckpts(dir.path.string(), 2);
-  CHECK(ckpts.dir() == (dir.path / "checkpoints").string());
+  CheckpointDirectory ckpts(dir.path(), 2);
+  CHECK(ckpts.dir() == (fs::path(dir.path()) / "checkpoints").string());
   for (int64_t step : {10, 20, 30, 40}) {
     const std::string written = ckpts.save(model, e, filled_state(model, true, step));
     CHECK(written == ckpts.path_for(step));
@@ -287,11 +246,11 @@ TEST_CASE("the checkpoint folder keeps the newest K files", "[checkpoint]") {
 
 TEST_CASE("latest_valid returns the newest checkpoint that loads, skipping damaged ones",
           "[checkpoint]") {
-  TempDir dir;
-  const Experiment e = experiment();
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
   const Model model = Model::build(e.model);
   std::ostringstream log;
-  CheckpointDirectory ckpts(dir.path.string(), 5, capture_logger(log));
+  CheckpointDirectory ckpts(dir.path(), 5, capture_logger(log));
   CHECK_FALSE(ckpts.latest_valid(model).has_value());
   for (int64_t step : {10, 20, 30}) ckpts.save(model, e, filled_state(model, true, step));
 
@@ -323,8 +282,8 @@ TEST_CASE("latest_valid returns the newest checkpoint that loads, skipping damag
 
 TEST_CASE("each kind of checkpoint damage gives its own DataError naming the file",
           "[checkpoint]") {
-  TempDir dir;
-  const Experiment e = experiment();
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
   const Model model = Model::build(e.model);
   const std::string good = dir.file("good.safetensors");
   save_checkpoint(good, model, e, filled_state(model, true));
@@ -482,8 +441,8 @@ TEST_CASE("each kind of checkpoint damage gives its own DataError naming the fil
 }
 
 TEST_CASE("no truncation or header byte flip crashes the reader", "[checkpoint]") {
-  TempDir dir;
-  const Experiment e = experiment();
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
   const Model model = Model::build(e.model);
   const std::string good = dir.file("good.safetensors");
   save_checkpoint(good, model, e, filled_state(model, true));
@@ -528,10 +487,10 @@ TEST_CASE("no truncation or header byte flip crashes the reader", "[checkpoint]"
 
 TEST_CASE("the math-config hash follows the settings that change training, and only those",
           "[checkpoint]") {
-  const Experiment base = experiment();
+  const Experiment base = checkpoint_experiment();
   const std::string hash = math_config_hash(base);
   CHECK(hash.size() == 16);
-  CHECK(hash == math_config_hash(experiment()));  // deterministic
+  CHECK(hash == math_config_hash(checkpoint_experiment()));  // deterministic
 
   // FNV-1a 64 itself, against the published test vectors.
   CHECK(fnv1a64("") == 0xcbf29ce484222325ull);
@@ -539,14 +498,14 @@ TEST_CASE("the math-config hash follows the settings that change training, and o
   CHECK(fnv1a64("foobar") == 0x85944171f73967e8ull);
 
   SECTION("log_every, output.dir, watchdog, devices and checkpoint settings do not count") {
-    const Experiment same = experiment(
+    const Experiment same = checkpoint_experiment(
         "", {"train.log_every=1", "output.dir=/tmp/elsewhere", "train.watchdog_seconds=9",
              "devices.cpu_workers=2", "checkpoint.keep=7", "name=renamed"});
     CHECK(math_config_hash(same) == hash);
     CHECK(math_config_differences(same, math_config_text(base)).empty());
   }
   SECTION("the learning rate counts, and the difference names it") {
-    const Experiment changed = experiment("", {"optimizer.lr=0.02"});
+    const Experiment changed = checkpoint_experiment("", {"optimizer.lr=0.02"});
     CHECK(math_config_hash(changed) != hash);
     const auto diff = math_config_differences(changed, math_config_text(base));
     CHECK(diff == std::vector<std::string>{"optimizer.lr: checkpoint 0.01, config 0.02"});
@@ -573,20 +532,20 @@ TEST_CASE("the math-config hash follows the settings that change training, and o
     for (const char* change :
          {"seed=8", "train.global_batch=32", "schedule.type=step", "train.batch_norm=sync"}) {
       INFO(change);
-      CHECK(math_config_hash(experiment("", {change})) != hash);
+      CHECK(math_config_hash(checkpoint_experiment("", {change})) != hash);
     }
     // With a cosine schedule the total number of steps shapes the curve; otherwise it does not.
-    CHECK(math_config_hash(experiment("", {"train.steps=40"})) == hash);
-    CHECK(math_config_hash(experiment("", {"schedule.type=cosine", "train.steps=40"})) !=
-          math_config_hash(experiment("", {"schedule.type=cosine"})));
+    CHECK(math_config_hash(checkpoint_experiment("", {"train.steps=40"})) == hash);
+    CHECK(math_config_hash(checkpoint_experiment("", {"schedule.type=cosine", "train.steps=40"})) !=
+          math_config_hash(checkpoint_experiment("", {"schedule.type=cosine"})));
   }
   SECTION("resume refuses a checkpoint of another config, naming the key") {
-    TempDir dir;
+    ScratchDir dir;
     const Model model = Model::build(base.model);
     const std::string path = dir.file("step.safetensors");
     save_checkpoint(path, model, base, filled_state(model, true));
     const CheckpointState loaded = load_checkpoint(path, model);
-    const Experiment changed = experiment("", {"optimizer.lr=0.02"});
+    const Experiment changed = checkpoint_experiment("", {"optimizer.lr=0.02"});
     try {
       check_resume_compatible(loaded, changed, path);
       FAIL("resume with a different lr was accepted");
@@ -595,132 +554,7 @@ TEST_CASE("the math-config hash follows the settings that change training, and o
           std::string(err.what()),
           Contains("step.safetensors") && Contains("optimizer.lr: checkpoint 0.01, config 0.02"));
     }
-    CHECK_NOTHROW(check_resume_compatible(loaded, experiment("", {"train.log_every=2"}), path));
+    CHECK_NOTHROW(
+        check_resume_compatible(loaded, checkpoint_experiment("", {"train.log_every=2"}), path));
   }
-}
-
-TEST_CASE("the JSON reader is strict and reports byte offsets", "[checkpoint][json]") {
-  const json::Value v = json::parse(
-      R"( {"a": [1, 18446744073709551615, -2, 1.5e3], "s": "x\"\\\n\u00e9\ud83d\ude00", "t": true, "n": null} )",
-      "test");
-  REQUIRE(v.type == json::Type::object);
-  uint64_t u = 0;
-  CHECK(v.find("a")->items[1].as_uint64(u));
-  CHECK(u == 18446744073709551615ull);
-  CHECK_FALSE(v.find("a")->items[2].as_uint64(u));
-  CHECK_FALSE(v.find("a")->items[3].as_uint64(u));
-  CHECK(v.find("s")->text == "x\"\\\n\xc3\xa9\xf0\x9f\x98\x80");
-  CHECK(v.find("a")->offset == 7);
-  CHECK(json::parse(json::quote(v.find("s")->text), "q").text == v.find("s")->text);
-
-  auto error = [](const std::string& text) {
-    try {
-      json::parse(text, "t.json", 8);
-    } catch (const DataError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  CHECK(error("{\"a\":1,}") ==
-        "t.json: invalid JSON at byte offset 15: expected a string key, found '}'");
-  CHECK(error("{\"a\":1} x") ==
-        "t.json: invalid JSON at byte offset 16: expected nothing after the top-level value, found "
-        "'x'");
-  CHECK_THAT(error("{\"a\":1,\"a\":2}"), Contains("byte offset 15") && Contains("already used"));
-  CHECK_THAT(error("[01]"), Contains("byte offset 10") && Contains("leading zeros"));
-  CHECK_THAT(error("\"a\tb\""), Contains("control character"));
-  CHECK_THAT(error(std::string(100, '[')), Contains("at most 64 levels"));
-  CHECK_THAT(error(""), Contains("found the end of the text"));
-  CHECK_FALSE(json::parse("18446744073709551616", "t").as_uint64(u));  // 2^64 does not fit
-}
-
-TEST_CASE("another tool reads the layout we intend (python3 struct + json + numpy)",
-          "[checkpoint]") {
-  // The first interpreter with numpy: $MNIST_PYTHON if set, then python3 on PATH, then Debian's
-  // (a pyenv shim on PATH may hide the system python that has python3-numpy).
-  std::string python;
-  std::vector<std::string> candidates = {"python3", "/usr/bin/python3"};
-  if (const char* env = std::getenv("MNIST_PYTHON")) candidates.insert(candidates.begin(), env);
-  for (const std::string& candidate : candidates) {
-    if (std::system(fmt::format("'{}' -c 'import numpy' >/dev/null 2>&1", candidate).c_str()) ==
-        0) {
-      python = candidate;
-      break;
-    }
-  }
-  INFO("no python3 with numpy found (tried $MNIST_PYTHON, python3, /usr/bin/python3); "
-       "scripts/setup.sh installs python3-numpy");
-  REQUIRE(!python.empty());
-  TempDir dir;
-  const Experiment e = experiment();
-  const Model model = Model::build(e.model);
-  const CheckpointState c = filled_state(model, true);
-  const std::string path = dir.file("x.safetensors");
-  save_checkpoint(path, model, e, c);
-  // Written the way safetensors' reader works: u64 length, JSON, then offsets relative to the
-  // data section; prints one line per tensor so the C++ side can compare with the model's slots.
-  const std::string script = dir.file("read.py");
-  write_bytes(script, R"(import json, struct, sys
-import numpy as np
-raw = open(sys.argv[1], "rb").read()
-(n,) = struct.unpack("<Q", raw[:8])
-assert n <= 100_000_000 and raw[8:9] == b"{", "safetensors header rules"
-header = json.loads(raw[8:8 + n].decode("utf-8"))
-data = raw[8 + n:]
-assert (8 + n) % 8 == 0, "data section not 8-byte aligned"
-meta = header.pop("__metadata__")
-assert all(isinstance(v, str) for v in meta.values())
-print("meta", meta["step"], meta["optimizer"], meta["config_hash"])
-end = 0
-for name, t in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-    b, e = t["data_offsets"]
-    assert b == end, (name, b, end)
-    end = e
-    assert t["dtype"] == "F32"
-    a = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"])
-    print("tensor", name, ",".join(map(str, a.shape)), a.view("<u4").ravel()[0], a.view("<u4").ravel()[-1])
-assert end == len(data)
-)");
-  const std::string out_path = dir.file("out.txt");
-  const int rc = std::system(
-      fmt::format("'{}' '{}' '{}' > '{}' 2>&1", python, script, path, out_path).c_str());
-  const std::string out = read_bytes(out_path);
-  INFO(out);
-  REQUIRE(rc == 0);
-
-  std::istringstream lines(out);
-  std::string kind;
-  REQUIRE(lines >> kind);
-  CHECK(kind == "meta");
-  std::string step, optimizer, hash;
-  lines >> step >> optimizer >> hash;
-  CHECK(step == "123");
-  CHECK(optimizer == "adam");
-  CHECK(hash == math_config_hash(e));
-
-  // Expected: every slot of params, state, m, v with its shape and first/last float bits.
-  std::map<std::string, std::string> expected;
-  auto bits = [](float f) {
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    return b;
-  };
-  auto add = [&](const std::vector<TensorSlot>& slots, const std::string& prefix,
-                 const std::vector<float>& buffer) {
-    for (const TensorSlot& s : slots)
-      expected[prefix + s.name] =
-          fmt::format("{} {} {}", fmt::join(s.shape, ","), bits(buffer[s.offset]),
-                      bits(buffer[s.offset + s.count - 1]));
-  };
-  add(model.params(), "", c.params);
-  add(model.state(), "", c.state);
-  add(model.params(), "optimizer.m.", c.moment1);
-  add(model.params(), "optimizer.v.", c.moment2);
-  std::map<std::string, std::string> seen;
-  std::string name, shape, first, last;
-  while (lines >> kind >> name >> shape >> first >> last) {
-    CHECK(kind == "tensor");
-    seen[name] = shape + " " + first + " " + last;
-  }
-  CHECK(seen == expected);
 }

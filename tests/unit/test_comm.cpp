@@ -10,7 +10,8 @@ using namespace mnist;
 
 TEST_CASE("thread all-reduce sums known values exactly on every worker", "[comm]") {
   for (int workers : {1, 2, 3, 4}) {
-    for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{61881}}) {
+    for (std::size_t count :
+         {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{61881}}) {
       ThreadCommunicator comm(workers);
       std::vector<std::vector<float>> buffers(workers, std::vector<float>(count));
       std::vector<std::thread> threads;

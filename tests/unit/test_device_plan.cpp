@@ -55,23 +55,26 @@ TEST_CASE("an explicit GPU list is checked against what is visible", "[devices]"
   REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "list", {0, 0, 1}), gpus({1, 1})),
                       Catch::Contains("devices.gpus: [0, 0, 1] mixes"));
   ::setenv("CUDA_VISIBLE_DEVICES", "2,3", 1);
-  REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})), ConfigError);
-  REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})),
-                      Catch::Contains("devices.gpus[1]") && Catch::Contains("GPU 2 is not visible") &&
-                          Catch::Contains("2 GPUs are visible") &&
-                          Catch::Contains("CUDA_VISIBLE_DEVICES=2,3"));
+  REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})),
+                    ConfigError);
+  REQUIRE_THROWS_WITH(
+      plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})),
+      Catch::Contains("devices.gpus[1]") && Catch::Contains("GPU 2 is not visible") &&
+          Catch::Contains("2 GPUs are visible") && Catch::Contains("CUDA_VISIBLE_DEVICES=2,3"));
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 TEST_CASE("auto:N takes the GPUs with the most free memory and refuses too few", "[devices]") {
-  const DevicePlan p = plan_devices(config(BackendChoice::auto_select, "auto", {}, 2), gpus({5, 70, 3, 40}));
+  const DevicePlan p =
+      plan_devices(config(BackendChoice::auto_select, "auto", {}, 2), gpus({5, 70, 3, 40}));
   CHECK(p.gpus == std::vector<int>{1, 3});
   REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "auto", {}, 3), gpus({5, 70})),
                       Catch::Contains("auto:3") && Catch::Contains("2 visible"));
 }
 
 TEST_CASE("backend cuda with no GPU is an error that says why", "[devices]") {
-  REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "all"), {}, "no driver loaded"), RuntimeError);
+  REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "all"), {}, "no driver loaded"),
+                    RuntimeError);
   REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "all"), {}, "no driver loaded"),
                       Catch::Contains("no driver loaded") && Catch::Contains("devices.backend"));
 }

@@ -309,22 +309,3 @@ TEST_CASE("load_dataset: train and test image sizes must match", "[data][idx]") 
   cfg.dir = dir.path();
   CHECK_THROWS_WITH(mnist::load_dataset(cfg, 10), Contains("are 4x4") && Contains("are 5x4"));
 }
-
-TEST_CASE("Fashion-MNIST from the Debian package loads with the expected shape", "[data][idx]") {
-  const std::string dir = "/usr/share/datasets/fashion-mnist";
-  INFO("the Debian package dataset-fashion-mnist must be installed (scripts/setup.sh does it)");
-  REQUIRE(std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz"));
-  mnist::DataConfig cfg;
-  cfg.dataset = "fashion-mnist";
-  cfg.dir = dir;
-  const mnist::Dataset ds = mnist::load_dataset(cfg, 10);
-  CHECK(ds.train.count == 60000);
-  CHECK(ds.test.count == 10000);
-  CHECK(ds.train.rows == 28);
-  CHECK(ds.train.cols == 28);
-  CHECK(ds.train.pixels.size() == size_t(60000) * 784);
-  // Fashion-MNIST is balanced: 6000 train images per class.
-  std::array<int, 10> per_class{};
-  for (uint8_t l : ds.train.labels) ++per_class[l];
-  for (int c = 0; c < 10; ++c) CHECK(per_class[c] == 6000);
-}

@@ -4,12 +4,13 @@
 #include "config/experiment.hpp"
 #include "core/error.hpp"
 #include "model/model.hpp"
+#include "support/synthetic.hpp"
 
 using namespace mnist;
 
 namespace {
 Experiment seed_config(const std::vector<std::string>& overrides = {}) {
-  return load_experiment(std::string(MNIST_SOURCE_DIR) + "/configs/seed_single_gpu.yaml", overrides);
+  return parse_experiment(testing::seed_network_yaml(), "seed-network.yaml", overrides);
 }
 }  // namespace
 
@@ -42,8 +43,10 @@ TEST_CASE("parameter layout is contiguous with decayed kernels first", "[model]"
   const Model m = Model::build(seed_config().model);
   std::size_t covered = 0;
   for (const TensorSlot& s : m.params()) {
-    if (s.decayed) CHECK(s.offset + s.count <= m.decayed_count());
-    else CHECK(s.offset >= m.decayed_count());
+    if (s.decayed)
+      CHECK(s.offset + s.count <= m.decayed_count());
+    else
+      CHECK(s.offset >= m.decayed_count());
     covered += s.count;
   }
   CHECK(covered == m.param_count());
@@ -82,10 +85,11 @@ model:
     - conv2d: {filters: 4, kernel: 3}
     - dense: {units: 10}
 train: {steps: 1, batch_per_device: 2}
-)", "inline.yaml");
-    REQUIRE_THROWS_WITH(Model::build(e.model),
-                        Catch::Contains("layer 1 (dense)") && Catch::Contains("model.layers[1]") &&
-                            Catch::Contains("flatten"));
+)",
+                                          "inline.yaml");
+    REQUIRE_THROWS_WITH(Model::build(e.model), Catch::Contains("layer 1 (dense)") &&
+                                                   Catch::Contains("model.layers[1]") &&
+                                                   Catch::Contains("flatten"));
   }
   SECTION("kernel larger than the input with valid padding") {
     const Experiment e = parse_experiment(R"(
@@ -96,9 +100,10 @@ model:
     - flatten: {}
     - dense: {units: 10}
 train: {steps: 1, batch_per_device: 2}
-)", "inline.yaml");
-    REQUIRE_THROWS_WITH(Model::build(e.model), Catch::Contains("layer 0 (conv2d)") &&
-                                                   Catch::Contains("leaves no output"));
+)",
+                                          "inline.yaml");
+    REQUIRE_THROWS_WITH(Model::build(e.model),
+                        Catch::Contains("layer 0 (conv2d)") && Catch::Contains("leaves no output"));
   }
   SECTION("last layer width differs from the class count") {
     const Experiment e = parse_experiment(R"(
@@ -107,7 +112,8 @@ model:
     - flatten: {}
     - dense: {units: 7}
 train: {steps: 1, batch_per_device: 2}
-)", "inline.yaml");
+)",
+                                          "inline.yaml");
     REQUIRE_THROWS_AS(Model::build(e.model), ConfigError);
     REQUIRE_THROWS_WITH(Model::build(e.model), Catch::Contains("model.classes is 10"));
   }

@@ -35,7 +35,8 @@ Run train(const std::string& extra, const std::vector<std::string>& overrides, i
           TrainerOptions options = {}) {
   std::vector<std::string> all = overrides;
   all.push_back("devices.cpu_workers=" + std::to_string(workers));
-  const Experiment e = parse_experiment(testing::small_network_yaml(extra), "engine-test.yaml", all);
+  const Experiment e =
+      parse_experiment(testing::small_network_yaml(extra), "engine-test.yaml", all);
   const Model model = Model::build(e.model);
   static const Dataset data = testing::synthetic_dataset(480, 100);
   const DevicePlan devices = plan_devices(e.devices, {});
@@ -66,7 +67,8 @@ TEST_CASE("W workers with sync batch norm train exactly like one worker on the g
     CHECK(max_abs_diff(one.params, many.params) < 2e-4);
     CHECK(max_abs_diff(one.state, many.state) < 2e-4);
     REQUIRE(one.losses.size() == many.losses.size());
-    for (std::size_t i = 0; i < one.losses.size(); ++i) CHECK(std::abs(one.losses[i] - many.losses[i]) < 1e-4);
+    for (std::size_t i = 0; i < one.losses.size(); ++i)
+      CHECK(std::abs(one.losses[i] - many.losses[i]) < 1e-4);
     CHECK(std::abs(one.eval.accuracy - many.eval.accuracy) < 0.011);
   }
 }
@@ -85,8 +87,7 @@ model:
 )";
   // The base config with its model section swapped for the plain one above.
   std::string base = testing::small_network_yaml();
-  base = base.substr(0, base.find("model:")) + plain.substr(1) +
-         base.substr(base.find("devices:"));
+  base = base.substr(0, base.find("model:")) + plain.substr(1) + base.substr(base.find("devices:"));
   const std::vector<std::string> one_step = {"train.steps=1"};
   auto run = [&](int workers) {
     std::vector<std::string> all = one_step;
@@ -136,7 +137,8 @@ TEST_CASE("a worker that throws ends the run with one error naming device, step 
           "[engine]") {
   TrainerOptions options;
   options.phase_hook = [](int worker, int64_t step, Phase phase) {
-    if (worker == 1 && step == 4 && phase == Phase::backward) throw std::runtime_error("injected fault");
+    if (worker == 1 && step == 4 && phase == Phase::backward)
+      throw std::runtime_error("injected fault");
   };
   const auto start = std::chrono::steady_clock::now();
   REQUIRE_THROWS_WITH(train("", {"train.steps=50"}, 3, options),
@@ -152,8 +154,8 @@ TEST_CASE("a stalled worker is reported by the watchdog instead of hanging", "[e
       std::this_thread::sleep_for(std::chrono::seconds(3));
   };
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE_THROWS_WITH(train("", {"train.steps=50", "train.watchdog_seconds=1"}, 3, options),
-                      Catch::Contains("stalled") && Catch::Contains("forward") &&
-                          Catch::Contains("step 4"));
+  REQUIRE_THROWS_WITH(
+      train("", {"train.steps=50", "train.watchdog_seconds=1"}, 3, options),
+      Catch::Contains("stalled") && Catch::Contains("forward") && Catch::Contains("step 4"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
 }
