@@ -7,6 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
+  clang-format-14         # scripts/check_format.sh: the tree stays formatted as .clang-format says
   libyaml-cpp-dev libcli11-dev catch2 libspdlog-dev libfmt-dev zlib1g-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
   dataset-fashion-mnist   # Fashion-MNIST (fetch_data.sh fashion-mnist; the IDX reader's test on real files)

@@ -6,6 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
+scripts/check_format.sh
 scripts/build.sh
 build="${BUILD_DIR:-$root/build}"
 MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist
