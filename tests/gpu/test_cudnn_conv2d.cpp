@@ -32,6 +32,14 @@ bool is_cudnn(const std::string& algorithm) {
   return algorithm.rfind("native", 0) != 0;
 }
 
+// The algorithms cuDNN may run in this engine: direct sums of products only (cudnn_conv2d.cu).
+bool is_direct(const std::string& algorithm) {
+  for (const char* name :
+       {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "ALGO_0", "ALGO_1", "ALGO_3"})
+    if (algorithm == name) return true;
+  return false;
+}
+
 std::unique_ptr<mnist::Backend> fresh_backend(const std::string& engine) {
   mnist::BackendOptions options;
   options.engine = engine;
@@ -71,6 +79,15 @@ TEST_CASE("a batch sized after a smaller one still runs a cuDNN algorithm, in it
     CHECK(is_cudnn(large.forward));
     CHECK(is_cudnn(large.backward_data));
     CHECK(is_cudnn(large.backward_weights));
+    for (int n : {1000, 1, 257}) {
+      const mnist::Conv2dAlgorithms a = g.conv2d_algorithms(seed_conv(n, second));
+      INFO("n " << n << ": forward " << a.forward << ", backward-data " << a.backward_data
+                << ", backward-weights " << a.backward_weights);
+      // Whatever cuDNN picks is a direct algorithm (no FFT or Winograd), or the native kernels.
+      for (const std::string& name : {a.forward, a.backward_data, a.backward_weights})
+        CHECK((is_direct(name) || !is_cudnn(name)));
+    }
+
     // Every batch size runs in the final workspace and matches the CPU (the guard after the
     // workspace must stay untouched).
     constexpr std::size_t kGuard = 1 << 16;

@@ -1,8 +1,10 @@
 #pragma once
 // The "cudnn" engine's convolution: cuDNN's legacy convolution API with FMA-only math (no TF32, so
-// results stay within float tolerance of the CPU oracle) and deterministic algorithms where cuDNN
-// offers one. Compiled only when cuDNN is found (lib/CMakeLists.txt builds cudnn_*.cu only then).
-// Shapes and assign semantics are those of conv2d.hpp.
+// results stay within float tolerance of the CPU oracle), direct algorithms only (sums of products
+// like the CPU's; transform_domain() in the .cu says why not FFT or Winograd), and
+// deterministic ones where cuDNN offers one. Compiled only when cuDNN is found
+// (lib/CMakeLists.txt builds cudnn_*.cu only then). Shapes and assign semantics are those of
+// conv2d.hpp.
 
 #include <cudnn.h>
 
