@@ -4,7 +4,7 @@
 # cuBLAS 13, cuDNN 9 and NCCL 2 (PyTorch's site-packages nvidia/*/lib). A binary built against
 # anything else (libmpi, libopenblas, libyaml-cpp, a shared libcudart) would stop there at start,
 # so scripts/build_gpu.sh and scripts/gpu_check.sh prepare run this on what they build, and CTest
-# runs it on build-gpu/ (gpu_build_needed).
+# runs it on build-gpu/ (gpu_check_needed_gpu_build).
 #
 # Usage: scripts/check_needed.sh BINARY...
 # Prints each binary's NEEDED entries; exit 0 when all are allowed, 1 when one is not (naming the
