@@ -769,6 +769,8 @@ run_half() {
       "'scripts/gpu_check.sh prepare' (rehearse writes its own carry folder)"
   fi
   TRAIN=$CARRY/bin/mnist-train
+  # A copy of the tree that dropped the executable bits would otherwise fail every stage (126).
+  chmod +x "$CARRY"/bin/* 2>/dev/null
   mkdir -p "$OUT_DIR" || die "cannot create $OUT_DIR"
   WORK=$(mktemp -d) || die "cannot make a temporary folder"
   # The logs reach OUT_DIR however the run ends: done, stopped early, or stopped by a signal.

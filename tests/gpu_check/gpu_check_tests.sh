@@ -113,10 +113,12 @@ case "$case_name" in
     # lists no GPU, so the device query FAILs and the GPU stages are SKIP.
     mkdir -p "$work/carry/lib"
     cp "$work/kept/libgone_stand_in.so" "$work/carry/lib/"
+    chmod -x "$work/carry/bin/mnist-train"  # the executable bit may not survive the copy there
     "$check" run --carry "$work/carry" --out "$work/out" >"$work/stdout" 2>"$work/stderr"
     rc=$?
     [[ $rc == 1 ]] || { cat "$work/stdout" "$work/stderr"; fail "exit $rc with the carried copy (want 1)"; }
     [[ $(stage_status "$work/out/summary.json" libraries) == PASS ]] || fail "libraries not PASS"
+    [[ -x $work/carry/bin/mnist-train ]] || fail "the run half did not restore the executable bit"
     expect_grep 'carried copies used: libgone_stand_in\.so' "$work/out/summary.txt" "the copy is named"
     [[ $(stage_status "$work/out/summary.json" device_query) == FAIL ]] || fail "device_query not FAIL"
     expect_grep 'bench +SKIP .*no GPU \(device query failed\)' "$work/out/summary.txt" \
