@@ -173,6 +173,7 @@ prepare() {
   tree_b=$(tree_bytes)  # before the staging folder exists (git would list its files)
   staging=$(mktemp -d "$(dirname "$carry")/.carry.XXXXXX") || die "cannot write beside $carry"
   trap 'rm -rf "$staging"' EXIT
+  chmod 755 "$staging"  # mktemp makes it private
   mkdir -p "$staging/bin"
   cp "$build/bin/mnist-train" "$staging/bin/"
   if [[ -x $build/tests/gpu_tests ]]; then
