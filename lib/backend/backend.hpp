@@ -23,6 +23,13 @@ namespace mnist {
 
 enum class DeviceKind { cpu, cuda };
 
+// Which implementation runs each direction of one convolution (Backend::conv2d_algorithms): a
+// cuDNN algorithm's name ("IMPLICIT_PRECOMP_GEMM", "ALGO_1") or "native", with the reason in
+// parentheses when an engine that prefers cuDNN falls back to the native kernels.
+struct Conv2dAlgorithms {
+  std::string forward = "native", backward_data = "native", backward_weights = "native";
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -63,6 +70,12 @@ class Backend {
   // Assigns dweight and (when not nullptr) dbias.
   virtual void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy,
                                        float* dweight, float* dbias, float* workspace) = 0;
+  // What the next conv2d call for `g` runs in each direction, for benchmarks, logs and tests.
+  // Plans `g` as a call would (so it may query the library once) but launches nothing.
+  virtual Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) {
+    (void)g;
+    return {};
+  }
 
   // ---- max pooling (argmax: int32[n, c, out_h, out_w], flat index into the input plane) --------
   virtual void max_pool_forward(const PoolGeom& g, const float* x, float* y, int32_t* argmax) = 0;

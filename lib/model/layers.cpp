@@ -28,6 +28,29 @@ float* Layer::state(int slot) const {
   return slot < 0 ? nullptr : bind_.state + model_.state()[slot].offset;
 }
 
+Conv2dGeom conv2d_geom(const LayerPlan& plan, int n) {
+  const LayerSpec& s = plan.spec;
+  Conv2dGeom g;
+  g.n = n;
+  g.c = plan.in.c;
+  g.h = plan.in.h;
+  g.w = plan.in.w;
+  g.k = s.filters;
+  g.kh = g.kw = s.kernel;
+  g.stride_h = g.stride_w = s.stride;
+  g.out_h = plan.out.h;
+  g.out_w = plan.out.w;
+  // Leading padding: what "same" needs (TensorFlow puts the odd pixel last) or the explicit count.
+  const auto lead = [&](int in, int out) {
+    if (s.padding == PaddingMode::valid) return 0;
+    if (s.padding == PaddingMode::explicit_pixels) return s.padding_pixels;
+    return std::max((out - 1) * s.stride + s.kernel - in, 0) / 2;
+  };
+  g.pad_h = lead(g.h, g.out_h);
+  g.pad_w = lead(g.w, g.out_w);
+  return g;
+}
+
 namespace {
 
 class Conv2dLayer final : public Layer {
@@ -38,29 +61,7 @@ class Conv2dLayer final : public Layer {
   }
 
  private:
-  Conv2dGeom geom(int n) const {
-    const LayerSpec& s = plan_.spec;
-    Conv2dGeom g;
-    g.n = n;
-    g.c = plan_.in.c;
-    g.h = plan_.in.h;
-    g.w = plan_.in.w;
-    g.k = s.filters;
-    g.kh = g.kw = s.kernel;
-    g.stride_h = g.stride_w = s.stride;
-    g.out_h = plan_.out.h;
-    g.out_w = plan_.out.w;
-    // Leading padding: what "same" needs (TensorFlow puts the odd pixel last) or the explicit
-    // count.
-    const auto lead = [&](int in, int out) {
-      if (s.padding == PaddingMode::valid) return 0;
-      if (s.padding == PaddingMode::explicit_pixels) return s.padding_pixels;
-      return std::max((out - 1) * s.stride + s.kernel - in, 0) / 2;
-    };
-    g.pad_h = lead(g.h, g.out_h);
-    g.pad_w = lead(g.w, g.out_w);
-    return g;
-  }
+  Conv2dGeom geom(int n) const { return conv2d_geom(plan_, n); }
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     be().conv2d_forward(geom(ctx.n), x, param(plan_.weight), param(plan_.bias), y, bind_.workspace);
   }

@@ -73,6 +73,9 @@ class Layer {
   int max_batch_;
 };
 
+// The convolution a conv2d layer's plan runs at batch size n (padding resolved).
+Conv2dGeom conv2d_geom(const LayerPlan& plan, int n);
+
 // The one factory table: a LayerKind to its class.
 std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
                                   const LayerBinding& binding, int max_batch);

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/rng.hpp"
+#include "model/layers.hpp"
 #include "model/replica.hpp"
 
 namespace mnist {
@@ -114,6 +115,15 @@ BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOp
   r.update_ms = update_ms / profiled;
   r.device_bytes = replica.device_bytes();
   r.flops_per_sample = model.flops_per_sample();
+  for (const LayerPlan& p : model.layers()) {
+    if (p.spec.kind != LayerKind::conv2d) continue;
+    const Conv2dAlgorithms a = be.conv2d_algorithms(conv2d_geom(p, o.batch));
+    if (a.forward == "native" && a.backward_data == "native" && a.backward_weights == "native")
+      continue;
+    r.conv_algorithms.push_back(fmt::format("{}: forward {}, backward-data {}, backward-weights {}",
+                                            p.label(), a.forward, a.backward_data,
+                                            a.backward_weights));
+  }
   return r;
 }
 
@@ -183,6 +193,7 @@ std::string format_benchmark(const BenchmarkResult& r) {
   for (std::size_t i = 0; i < r.layers.size(); ++i)
     out += fmt::format("  {:<14} {:>10.3f} {:>10.3f} {:>6.1f}%\n", r.layers[i], r.forward_ms[i],
                        r.backward_ms[i], 100.0 * (r.forward_ms[i] + r.backward_ms[i]) / total);
+  for (const std::string& line : r.conv_algorithms) out += fmt::format("  algorithms {}\n", line);
   out += fmt::format("  {:<14} {:>10.3f} {:>10} {:>6.1f}%\n", "loss", r.loss_ms, "",
                      100.0 * r.loss_ms / total);
   out += fmt::format("  {:<14} {:>10} {:>10.3f} {:>6.1f}%\n", "adam update", "", r.update_ms,
@@ -196,11 +207,15 @@ std::string benchmark_json(const BenchmarkResult& r) {
     layers +=
         fmt::format("{}{{\"layer\":{},\"forward_ms\":{:.6g},\"backward_ms\":{:.6g}}}", i ? "," : "",
                     json::quote(r.layers[i]), r.forward_ms[i], r.backward_ms[i]);
+  std::string algorithms;
+  for (std::size_t i = 0; i < r.conv_algorithms.size(); ++i)
+    algorithms += (i ? "," : "") + json::quote(r.conv_algorithms[i]);
   return fmt::format(
       "{{\"device\":{},\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_second\":{:.6g},"
-      "\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"device_bytes\":{},\"layers\":[{}]}}",
+      "\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"device_bytes\":{},\"layers\":[{}],"
+      "\"conv_algorithms\":[{}]}}",
       json::quote(r.device), r.batch, r.steps, r.step_ms, r.samples_per_second, r.loss_ms,
-      r.update_ms, r.device_bytes, layers);
+      r.update_ms, r.device_bytes, layers, algorithms);
 }
 
 }  // namespace mnist

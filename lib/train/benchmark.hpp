@@ -30,6 +30,9 @@ struct BenchmarkResult {
   double loss_ms = 0, update_ms = 0;            // softmax cross-entropy, optimizer (profiled)
   std::size_t device_bytes = 0;                 // replica memory
   int64_t flops_per_sample = 0;                 // forward
+  // Per conv layer whose engine chose something other than the native kernels (cudnn):
+  // "0:conv2d: forward IMPLICIT_GEMM, backward-data ALGO_1, backward-weights ALGO_1".
+  std::vector<std::string> conv_algorithms;
 };
 
 // One training step = gather batch + forward + loss + backward + Adam update (no communication).

@@ -25,3 +25,29 @@ TEST_CASE("the benchmark times every layer and reports a throughput", "[benchmar
   CHECK(format_benchmark(r).find("adam update") != std::string::npos);
   CHECK(benchmark_json(r).find("\"samples_per_second\"") != std::string::npos);
 }
+
+TEST_CASE("the benchmark reports the convolution algorithms an engine chose", "[benchmark]") {
+  // The CPU backend runs its own kernels: nothing to report.
+  const Experiment e = parse_experiment(testing::small_network_yaml(), "bench-test.yaml");
+  const Model model = Model::build(e.model);
+  auto backend = make_cpu_backend(BackendOptions{});
+  BenchmarkOptions o;
+  o.batch = 8;
+  o.steps = 1;
+  o.warmup = 0;
+  const BenchmarkResult cpu = run_benchmark(model, *backend, o);
+  CHECK(cpu.conv_algorithms.empty());
+  CHECK(format_benchmark(cpu).find("algorithms") == std::string::npos);
+  CHECK(benchmark_json(cpu).find("\"conv_algorithms\":[]") != std::string::npos);
+
+  // What the cudnn engine's lines look like in the table and the JSON.
+  BenchmarkResult r = cpu;
+  r.conv_algorithms = {
+      "0:conv2d: forward IMPLICIT_GEMM, backward-data ALGO_1, backward-weights "
+      "ALGO_1"};
+  CHECK(format_benchmark(r).find("\n  algorithms 0:conv2d: forward IMPLICIT_GEMM, backward-data "
+                                 "ALGO_1, backward-weights ALGO_1\n") != std::string::npos);
+  CHECK(benchmark_json(r).find("\"conv_algorithms\":[\"0:conv2d: forward IMPLICIT_GEMM, "
+                               "backward-data ALGO_1, backward-weights ALGO_1\"]") !=
+        std::string::npos);
+}

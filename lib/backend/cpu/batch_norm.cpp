@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "backend/batch_norm_rule.hpp"
 #include "backend/cpu/parallel.hpp"
 
 namespace mnist::cpu {
@@ -93,18 +94,10 @@ void batch_norm_stats(const ChannelGeom& g, const T* x, T* sum, T* sumsq, int th
 template <class T>
 void batch_norm_finalize(int c, double count, const T* sum, const T* sumsq, float epsilon,
                          float decay, T* mean, T* invstd, T* running_mean, T* running_var) {
-  for (int ch = 0; ch < c; ++ch) {
-    const double m = static_cast<double>(sum[ch]) / count;
-    double var = static_cast<double>(sumsq[ch]) / count - m * m;
-    if (var < 0) var = 0;  // rounding can make E[x^2] - E[x]^2 slightly negative
-    const double unbiased = count > 1 ? var * count / (count - 1) : var;
-    mean[ch] = static_cast<T>(m);
-    invstd[ch] = static_cast<T>(1.0 / std::sqrt(var + static_cast<double>(epsilon)));
-    running_mean[ch] =
-        static_cast<T>(decay * static_cast<double>(running_mean[ch]) + (1.0 - decay) * m);
-    running_var[ch] =
-        static_cast<T>(decay * static_cast<double>(running_var[ch]) + (1.0 - decay) * unbiased);
-  }
+  for (int ch = 0; ch < c; ++ch)
+    batch_norm_finalize_channel(count, static_cast<double>(sum[ch]), static_cast<double>(sumsq[ch]),
+                                epsilon, decay, mean[ch], invstd[ch], running_mean[ch],
+                                running_var[ch]);
 }
 
 template <class T>
@@ -112,8 +105,7 @@ void batch_norm_inference_params(int c, const T* running_mean, const T* running_
                                  T* mean, T* invstd) {
   for (int ch = 0; ch < c; ++ch) {
     mean[ch] = running_mean[ch];
-    invstd[ch] = static_cast<T>(
-        1.0 / std::sqrt(static_cast<double>(running_var[ch]) + static_cast<double>(epsilon)));
+    invstd[ch] = static_cast<T>(batch_norm_invstd(static_cast<double>(running_var[ch]), epsilon));
   }
 }
 

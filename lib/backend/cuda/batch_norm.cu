@@ -4,6 +4,7 @@
 // loops that find their channel as (i / hw) % c.
 #include "backend/cuda/batch_norm.hpp"
 
+#include "backend/batch_norm_rule.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
 
@@ -39,16 +40,11 @@ __global__ void batch_norm_finalize_kernel(int c, double count, const float* sum
                                            const float* sumsq, float epsilon, float decay,
                                            float* mean, float* invstd, float* running_mean,
                                            float* running_var) {
-  for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < c; ch += gridDim.x * blockDim.x) {
-    const double m = sum[ch] / count;
-    // E[x^2] - E[x]^2 can dip below zero by rounding when the variance is tiny.
-    const double var = fmax(sumsq[ch] / count - m * m, 0.0);
-    const double unbiased = count > 1.0 ? var * count / (count - 1.0) : var;
-    mean[ch] = static_cast<float>(m);
-    invstd[ch] = static_cast<float>(1.0 / sqrt(var + epsilon));
-    running_mean[ch] = static_cast<float>(decay * running_mean[ch] + (1.0 - decay) * m);
-    running_var[ch] = static_cast<float>(decay * running_var[ch] + (1.0 - decay) * unbiased);
-  }
+  // The arithmetic is the CPU twin's (backend/batch_norm_rule.hpp), bit for bit.
+  for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < c; ch += gridDim.x * blockDim.x)
+    batch_norm_finalize_channel(count, static_cast<double>(sum[ch]), static_cast<double>(sumsq[ch]),
+                                epsilon, decay, mean[ch], invstd[ch], running_mean[ch],
+                                running_var[ch]);
 }
 
 __global__ void batch_norm_inference_params_kernel(int c, const float* running_mean,
@@ -56,7 +52,8 @@ __global__ void batch_norm_inference_params_kernel(int c, const float* running_m
                                                    float* mean, float* invstd) {
   for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < c; ch += gridDim.x * blockDim.x) {
     mean[ch] = running_mean[ch];
-    invstd[ch] = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[ch]) + epsilon));
+    invstd[ch] =
+        static_cast<float>(batch_norm_invstd(static_cast<double>(running_var[ch]), epsilon));
   }
 }
 

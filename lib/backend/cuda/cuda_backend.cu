@@ -206,9 +206,18 @@ class CudaBackend final : public Backend {
     activate();
     std::size_t floats = cuda::conv2d_workspace_floats(g);  // also covers a native fallback
 #if MNIST_HAVE_CUDNN
-    if (use_cudnn(g)) floats = std::max(floats, cudnn_->workspace_floats(g));
+    // Not through use_cudnn(): that plans under the workspace promised so far for this shape,
+    // which is what this call must be free to raise (cudnn_conv2d.hpp).
+    if (engine_ == Engine::cudnn) floats = std::max(floats, cudnn_->workspace_floats(g));
 #endif
     return std::max<std::size_t>(floats, 1);
+  }
+  Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) override {
+    activate();
+#if MNIST_HAVE_CUDNN
+    if (engine_ == Engine::cudnn) return cudnn_->algorithms(g);
+#endif
+    return Conv2dAlgorithms{};
   }
   void conv2d_forward(const Conv2dGeom& g, const float* x, const float* weight, const float* bias,
                       float* y, float* workspace) override {

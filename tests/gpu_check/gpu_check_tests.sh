@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# CTest cases for the GPU check's scripts (scripts/gpu_check.sh, scripts/check_needed.sh): every
+# path that does not need a GPU runs here, so the first run on a GPU machine does not fail for a
+# reason that could have been seen on this one.
+#
+# Usage: tests/gpu_check/gpu_check_tests.sh CASE SOURCE_DIR BUILD_DIR
+#   needed_gpu_build   the GPU build's binaries (build-gpu/, scripts/build_gpu.sh) need only the
+#                      libraries the GPU machine has
+#   needed_rejects     check_needed.sh names a library outside the list, and accepts the list
+#   prepare_limit      prepare packs a carry folder within the size limit and refuses over it
+#   missing_library    the run half stops with one line when a carried binary lacks a library
+#   rehearse           the whole run half on this machine's build (fast mode); sets up the
+#                      rehearsal carry folder the next two cases reuse
+#   budget_spent       stages that no longer fit the budget are SKIP, never FAIL
+#   missing_data       without data in the carry folder the training stages are SKIP
+#   seed_mismatch      the seed stage FAILs when the losses leave the CPU's by more than its bound
+set -uo pipefail
+case_name=${1:?case}
+root=${2:?source dir}
+build=${3:?build dir}
+check=$root/scripts/gpu_check.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+expect_grep() {  # expect_grep PATTERN FILE WHAT
+  grep -qE -- "$1" "$2" || {
+    echo "---- $2" >&2
+    cat "$2" >&2
+    fail "$3: no line matches /$1/"
+  }
+}
+# A stage's status in a summary.json, e.g. stage_status FILE bench -> SKIP
+stage_status() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+summary = json.load(open(sys.argv[1]))
+print(next((s["status"] for s in summary["stages"] if s["name"] == sys.argv[2]), "absent"))
+PY
+}
+# tiny_binary OUT [LIB]: a small executable that exits 0; with LIB, it needs the shared library
+# libLIB.so, which is moved to $work/kept/ afterwards, so the loader cannot find it.
+tiny_binary() {
+  local out=$1 lib=${2:-}
+  printf 'int main(void) { return 0; }\n' >"$work/main.c"
+  if [[ -n $lib ]]; then
+    printf 'int %s_f(void) { return 1; }\n' "$lib" >"$work/$lib.c"
+    cc -shared -fPIC -o "$work/lib$lib.so" "$work/$lib.c" || fail "cc"
+    printf 'int %s_f(void);\nint main(void) { return %s_f() - 1; }\n' "$lib" "$lib" >"$work/main.c"
+    cc -o "$out" "$work/main.c" -L"$work" -l"$lib" -Wl,--no-as-needed || fail "cc"
+    mkdir -p "$work/kept"
+    mv "$work/lib$lib.so" "$work/kept/"
+  else
+    cc -o "$out" "$work/main.c" || fail "cc"
+  fi
+}
+rehearsal_carry=$build/gpu_check/ctest-carry
+
+case "$case_name" in
+  needed_gpu_build)
+    gpu_build=${GPU_BUILD_DIR:-$root/build-gpu}
+    "$root/scripts/check_needed.sh" "$gpu_build/bin/mnist-train" "$gpu_build/tests/gpu_tests" ||
+      fail "the GPU binaries in $gpu_build need more than the GPU machine has (scripts/test.sh builds them with scripts/build_gpu.sh)"
+    ;;
+
+  needed_rejects)
+    tiny_binary "$work/plain"
+    "$root/scripts/check_needed.sh" "$work/plain" >"$work/out" 2>&1 || fail "a libc-only binary was refused"
+    tiny_binary "$work/extra" mpi_stand_in
+    "$root/scripts/check_needed.sh" "$work/plain" "$work/extra" >"$work/out" 2>&1
+    rc=$?
+    [[ $rc == 1 ]] || fail "exit $rc for a binary needing libmpi_stand_in.so (want 1)"
+    expect_grep 'extra needs libmpi_stand_in\.so, which the GPU machine does not have' "$work/out" \
+      "the refusal names the binary and the library"
+    ;;
+
+  prepare_limit)
+    # A build folder holding two small binaries and no data: prepare packs them (no CPU
+    # reference without data), then refuses the same under a limit of 0 MiB.
+    mkdir -p "$work/build/bin" "$work/build/tests"
+    tiny_binary "$work/build/bin/mnist-train"
+    tiny_binary "$work/build/tests/gpu_tests"
+    GPU_CHECK_DATA_ROOT=$work/no-data "$check" prepare --binaries "$work/build" \
+      --carry "$work/carry" >"$work/out" 2>&1 || { cat "$work/out"; fail "prepare within the limit failed"; }
+    [[ -x $work/carry/bin/mnist-train && -x $work/carry/bin/gpu_tests ]] || fail "binaries not packed"
+    grep -qx 'kind=gpu' "$work/carry/MANIFEST" || fail "MANIFEST does not say kind=gpu"
+    expect_grep 'carry .* \+ working tree .* = .* of the 60 MiB allowed' "$work/out" "the size is printed"
+    expect_grep 'no MNIST files' "$work/out" "missing data is reported"
+    GPU_CHECK_LIMIT_MIB=0 GPU_CHECK_DATA_ROOT=$work/no-data "$check" prepare \
+      --binaries "$work/build" --carry "$work/carry2" >"$work/out" 2>&1
+    rc=$?
+    [[ $rc == 2 ]] || fail "exit $rc over the limit (want 2)"
+    expect_grep 'refused: the working tree and the carry folder come to .*, over 0 MiB' "$work/out" \
+      "the refusal says why"
+    [[ ! -e $work/carry2 ]] || fail "a refused carry folder was left behind"
+    ;;
+
+  missing_library)
+    mkdir -p "$work/carry/bin"
+    tiny_binary "$work/carry/bin/mnist-train" gone_stand_in
+    echo kind=gpu >"$work/carry/MANIFEST"
+    "$check" run --carry "$work/carry" --out "$work/out" >"$work/stdout" 2>"$work/stderr"
+    rc=$?
+    [[ $rc == 2 ]] || fail "exit $rc with a missing library (want 2)"
+    [[ $(wc -l <"$work/stderr") == 1 ]] || { cat "$work/stderr"; fail "not one line on stderr"; }
+    expect_grep '^gpu_check: cannot start: missing shared libraries: mnist-train: libgone_stand_in\.so' \
+      "$work/stderr" "the line names the binary and the library"
+    [[ $(stage_status "$work/out/summary.json" libraries) == FAIL ]] || fail "summary: libraries not FAIL"
+    # With a copy in carry/lib the run half uses it, says so, and goes on: this stand-in binary
+    # lists no GPU, so the device query FAILs and the GPU stages are SKIP.
+    mkdir -p "$work/carry/lib"
+    cp "$work/kept/libgone_stand_in.so" "$work/carry/lib/"
+    chmod -x "$work/carry/bin/mnist-train"  # the executable bit may not survive the copy there
+    "$check" run --carry "$work/carry" --out "$work/out" >"$work/stdout" 2>"$work/stderr"
+    rc=$?
+    [[ $rc == 1 ]] || { cat "$work/stdout" "$work/stderr"; fail "exit $rc with the carried copy (want 1)"; }
+    [[ $(stage_status "$work/out/summary.json" libraries) == PASS ]] || fail "libraries not PASS"
+    [[ -x $work/carry/bin/mnist-train ]] || fail "the run half did not restore the executable bit"
+    expect_grep 'carried copies used: libgone_stand_in\.so' "$work/out/summary.txt" "the copy is named"
+    [[ $(stage_status "$work/out/summary.json" device_query) == FAIL ]] || fail "device_query not FAIL"
+    expect_grep 'bench +SKIP .*no GPU \(device query failed\)' "$work/out/summary.txt" \
+      "stages after a failed device query"
+    [[ $(tail -n 1 "$work/stdout") == "RESULT: FAIL" ]] || fail "the summary is not printed last"
+    rm -rf "$work/carry/lib"
+    # A rehearsal's carry folder is refused by the real run half.
+    echo kind=rehearsal >"$work/carry/MANIFEST"
+    "$check" run --carry "$work/carry" --out "$work/out" >"$work/stdout" 2>"$work/stderr"
+    rc=$?
+    [[ $rc == 2 ]] || fail "exit $rc for a rehearsal carry (want 2)"
+    expect_grep 'not GPU ones' "$work/stderr" "a rehearsal carry is refused"
+    ;;
+
+  rehearse)
+    out=$build/gpu_check/ctest-rehearse
+    rm -rf "$out"
+    GPU_CHECK_REHEARSE_BUILD=$build GPU_CHECK_REHEARSE_CARRY=$rehearsal_carry \
+      "$check" rehearse --fast --out "$out" >"$work/stdout" 2>&1
+    rc=$?
+    cat "$work/stdout"
+    [[ $rc == 0 ]] || fail "the rehearsal exited $rc"
+    python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$out/summary.json" ||
+      fail "summary.json is not JSON"
+    [[ $(tail -n 1 "$work/stdout") == "RESULT: PASS" ]] || fail "the summary is not printed last"
+    names=$(python3 -c 'import json, sys; print(" ".join(s["name"] for s in json.load(open(sys.argv[1]))["stages"]))' "$out/summary.json")
+    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench allreduce nccl_all_gpus shared_gpu pytorch sanitizer_probe memcheck memcheck_train racecheck" ]] ||
+      fail "stages out of order or missing: $names"
+    [[ -s $out/logs.tar.gz && -s $out/summary.txt ]] || fail "logs or table missing"
+    # The CPU stand-in runs the same binary as the CPU reference: the losses agree exactly.
+    expect_grep 'seed_vs_cpu +SKIP .*native max\|dloss\| 0 over 5 steps' "$out/summary.txt" \
+      "the seed stage compared the losses"
+    expect_grep 'bench +SKIP .*native [0-9.]+ samples/s' "$out/summary.txt" "the benchmark figure"
+    expect_grep 'allreduce +SKIP .*cpu_x2 [0-9.]+ us' "$out/summary.txt" "the all-reduce figure"
+    expect_grep 'nccl_all_gpus +SKIP .*done: 5 steps' "$out/summary.txt" "the NCCL stage's stand-in"
+    expect_grep '"samples_per_s_native":[0-9.]+' "$out/summary.json" "figures in the JSON"
+    ;;
+
+  budget_spent)
+    [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
+    out=$work/out
+    GPU_CHECK_BUDGET_S=25 GPU_CHECK_REHEARSE_CARRY=$rehearsal_carry \
+      "$check" rehearse --fast --reuse-carry --out "$out" >"$work/stdout" 2>&1 ||
+      { cat "$work/stdout"; fail "a spent budget made the check fail"; }
+    for stage in gpu_tests seed_vs_cpu bench allreduce nccl_all_gpus shared_gpu pytorch; do
+      [[ $(stage_status "$out/summary.json" "$stage") == SKIP ]] || fail "$stage is not SKIP"
+    done
+    expect_grep 'gpu_tests +SKIP .*budget spent: [0-9]+ s left of 25, the stage needs up to 150' \
+      "$out/summary.txt" "the skip says why"
+    ;;
+
+  missing_data)
+    [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
+    cp -al "$rehearsal_carry" "$work/carry" 2>/dev/null || cp -a "$rehearsal_carry" "$work/carry"
+    rm -rf "$work/carry/data" "$work/carry/reference"
+    out=$work/out
+    GPU_CHECK_REHEARSE_CARRY=$work/carry "$check" rehearse --fast --reuse-carry --out "$out" \
+      >"$work/stdout" 2>&1 || { cat "$work/stdout"; fail "missing data made the check fail"; }
+    for stage in seed_vs_cpu nccl_all_gpus shared_gpu; do
+      [[ $(stage_status "$out/summary.json" "$stage") == SKIP ]] || fail "$stage is not SKIP"
+    done
+    expect_grep 'seed_vs_cpu +SKIP +0 +no MNIST data in the carry folder' "$out/summary.txt" \
+      "the skip says why"
+    ;;
+
+  seed_mismatch)
+    [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
+    cp -al "$rehearsal_carry" "$work/carry" 2>/dev/null || cp -a "$rehearsal_carry" "$work/carry"
+    # A new reference file (not the hard link): the third step's loss moved by 0.01.
+    ref=$work/carry/reference/seed_cpu.jsonl
+    python3 - "$rehearsal_carry/reference/seed_cpu.jsonl" "$ref.new" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+lines[2]["loss"] += 0.01
+open(sys.argv[2], "w").write("".join(json.dumps(l, separators=(",", ":")) + "\n" for l in lines))
+PY
+    rm -f "$ref" && mv "$ref.new" "$ref"
+    out=$work/out
+    GPU_CHECK_ONLY=seed_vs_cpu GPU_CHECK_REHEARSE_CARRY=$work/carry "$check" rehearse --fast \
+      --reuse-carry --out "$out" >"$work/stdout" 2>&1
+    rc=$?
+    [[ $rc == 1 ]] || { cat "$work/stdout"; fail "exit $rc with a moved loss (want 1)"; }
+    [[ $(stage_status "$out/summary.json" seed_vs_cpu) == FAIL ]] || fail "seed_vs_cpu not FAIL"
+    expect_grep 'seed_vs_cpu +FAIL .*native max\|dloss\| 0\.01 over 5 steps \(out of bounds\)' \
+      "$out/summary.txt" "the figure shows the difference"
+    expect_grep 'bench +SKIP .*not selected \(GPU_CHECK_ONLY=seed_vs_cpu\)' "$out/summary.txt" \
+      "the stages left out"
+    ;;
+
+  *)
+    fail "unknown case '$case_name'"
+    ;;
+esac
+echo "PASS: $case_name"
