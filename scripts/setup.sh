@@ -12,6 +12,9 @@ packages=(
   libopenblas-dev libopenmpi-dev openmpi-bin
   dataset-fashion-mnist   # Fashion-MNIST (fetch_data.sh fashion-mnist; the IDX reader's test on real files)
   python3-numpy           # a test reads our checkpoints the way other tools do
+  libboost-context-dev    # fibers of the emulated CUDA build (MNIST_CUDA_EMULATION)
+  python3-matplotlib      # scripts/plot_run.py draws a run's curves
+  python3-protobuf        # the TensorBoard test decodes our event files independently
 )
 
 missing=()
