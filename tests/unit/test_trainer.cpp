@@ -114,7 +114,7 @@ TEST_CASE("local batch norm differs from sync, so the switch acts", "[engine]") 
   CHECK(max_abs_diff(sync1.params, local1.params) == 0.0);
 }
 
-TEST_CASE("same seed gives bit-identical losses; another seed does not", "[engine]") {
+TEST_CASE("same seed gives bit-identical losses, another seed does not", "[engine]") {
   const std::vector<std::string> log = {"train.log_every=1"};
   const Run a = train("", log, 2), b = train("", log, 2);
   CHECK(a.losses == b.losses);

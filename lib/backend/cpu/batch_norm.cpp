@@ -22,7 +22,10 @@ bool worth_a_team(const ChannelGeom& g) {
 // vector), so these loops also get an AVX2 clone that the loader picks on CPUs that have it;
 // the lane count changes the order of the additions, so the last bits may differ between the
 // clones (never between runs on one machine). Clones cannot be templates, hence the overloads.
-#if defined(__x86_64__) && defined(__GNUC__)
+// Not under the sanitizers: the clones' ifunc resolver runs before the sanitizer runtime is set up
+// and crashed ThreadSanitizer at start-up.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define MNIST_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define MNIST_SIMD_CLONES
