@@ -27,6 +27,7 @@
 #include "train/communicators.hpp"
 #include "train/device_plan.hpp"
 #include "train/evaluation.hpp"
+#include "train/progress.hpp"
 #include "train/session.hpp"
 
 namespace {
@@ -55,8 +56,13 @@ std::string version_text() {
   return text;
 }
 
-std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
-  auto logger = spdlog::stderr_color_mt("mnist-train");
+// Log lines go to stderr through the progress sink, which keeps the live status line (when one is
+// drawn) below them.
+std::shared_ptr<spdlog::logger> make_logger(const std::string& level,
+                                            std::shared_ptr<mnist::ProgressLine> progress) {
+  auto sink = std::make_shared<mnist::ProgressLogSink>(
+      std::make_shared<spdlog::sinks::stderr_color_sink_mt>(), std::move(progress));
+  auto logger = std::make_shared<spdlog::logger>("mnist-train", std::move(sink));
   logger->set_pattern("[%H:%M:%S] %^%l%$ %v");
   const auto parsed = spdlog::level::from_str(level);
   if (parsed == spdlog::level::off && level != "off")
@@ -73,6 +79,12 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
 std::atomic<int> g_stop{mnist::kNoStop};
 std::atomic<int> g_interrupts{0};
 
+// Starts a handler's message on a clean line when the live status line is drawn.
+void clear_status_line() {
+  static const char kErase[] = "\r\x1b[K";
+  if (mnist::ProgressLine::visible()) (void)!::write(2, kErase, sizeof(kErase) - 1);
+}
+
 extern "C" void on_signal(int sig) {
   if (sig == SIGUSR1) {
     g_stop = mnist::kStopRequeue;
@@ -80,11 +92,13 @@ extern "C" void on_signal(int sig) {
   }
   if (sig == SIGINT && g_interrupts.fetch_add(1) >= 1) {
     static const char kNow[] = "mnist-train: second interrupt, exiting now\n";
+    clear_status_line();
     (void)!::write(2, kNow, sizeof(kNow) - 1);
     ::_exit(130);
   }
   static const char kMsg[] =
       "mnist-train: stop requested: finishing the step and saving a checkpoint\n";
+  clear_status_line();
   (void)!::write(2, kMsg, sizeof(kMsg) - 1);
   if (g_stop == mnist::kNoStop) g_stop = mnist::kStopInterrupt;
 }
@@ -105,7 +119,7 @@ mnist::DevicePlan device_plan(const mnist::Experiment& experiment) {
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   bool dry_run, const std::string& gpus, const std::string& log_format,
                   const std::string& resume, bool force_resume, std::shared_ptr<spdlog::logger> log,
-                  mnist::ProcessGroup& group) {
+                  std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
   std::vector<std::string> all = overrides;
   if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
@@ -122,6 +136,7 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   mnist::SessionOptions options;
   options.resume = resume;
   options.force_resume = force_resume;
+  options.progress = std::move(progress);
   options.trainer.stop_requested = [] { return g_stop.load(); };
   install_signal_handlers();
   const mnist::SessionResult result =
@@ -241,6 +256,8 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   return kExitOk;
 }
 
+int report_error(std::exception_ptr error, const std::string& who);
+
 int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   CLI::App app{"mnist-train: data-parallel CNN training on MNIST-format data (CPU and CUDA)"};
   app.set_version_flag("--version", version_text());
@@ -255,6 +272,9 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--log-format", log_format, "standard or seed (the seed's Step:N:loss acc lines)");
   app.add_option("--gpus", gpus, "GPU ordinals to use, e.g. 0,1 (overrides devices.gpus)");
+  std::string progress_mode = "auto";
+  app.add_option("--progress", progress_mode,
+                 "live status line on stderr: auto (when stderr is a terminal), always, never");
   std::string resume;
   bool force_resume = false;
   app.add_option("--resume", resume,
@@ -313,8 +333,13 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   // One write per message: under mpirun several ranks share the terminal.
   const std::string who =
       group.size() > 1 ? fmt::format("mnist-train: {}: ", group.label()) : "mnist-train: ";
+  std::shared_ptr<mnist::ProgressLine> progress;
   try {
-    auto logger = make_logger(log_level);
+    // Rank 0 alone reports progress, as it alone logs it.
+    const bool draw = group.rank() == 0 && mnist::ProgressLine::enabled_for(
+                                               mnist::parse_progress_mode(progress_mode), 2);
+    progress = std::make_shared<mnist::ProgressLine>(2, draw);
+    auto logger = make_logger(log_level, progress);
     if (group.size() > 1) {
       // Every line says which process wrote it; ranks other than 0 keep only warnings and errors.
       logger->set_pattern(fmt::format("[%H:%M:%S] {} %^%l%$ %v", group.label()));
@@ -341,7 +366,18 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       return kExitUsage;
     }
     return train_command(config_path, overrides, dry_run, gpus, log_format, resume, force_resume,
-                         logger, group);
+                         logger, progress, group);
+  } catch (...) {
+    // The error message starts on a clean line, not after a half-erased status line.
+    if (progress) progress->finish();
+    return report_error(std::current_exception(), who);
+  }
+}
+
+// Prints the exception of a failed command and maps its kind to the exit code.
+int report_error(std::exception_ptr error, const std::string& who) {
+  try {
+    std::rethrow_exception(error);
   } catch (const mnist::UsageError& e) {
     std::cerr << who + e.what() + "\n";
     return kExitUsage;
@@ -356,6 +392,9 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
     return kExitDiverged;
   } catch (const std::exception& e) {
     std::cerr << who + "error: " + e.what() + "\n";
+    return kExitRuntime;
+  } catch (...) {
+    std::cerr << who + "error: an exception of unknown type\n";
     return kExitRuntime;
   }
 }

@@ -833,9 +833,10 @@ Experiment build_experiment(const Reporter& r, const YAML::Node& root) {
   e.train = parse_train(r, top);
   e.optimizer = parse_optimizer(top);
   e.schedule = parse_schedule(top, e.optimizer);
-  Section out = top.section("output", {"dir", "log_format"});
+  Section out = top.section("output", {"dir", "log_format", "tensorboard"});
   out.text("dir", e.output.dir);
   out.choice("log_format", e.output.log_format, kLogFormats);
+  out.boolean("tensorboard", e.output.tensorboard);
   if (e.output.dir.empty()) e.output.dir = "runs/" + e.name;
   Section ck = top.section("checkpoint", {"every", "keep"});
   ck.integer("every", e.checkpoint.every, 0);
@@ -1162,6 +1163,7 @@ std::string to_yaml(const Experiment& e) {
   y << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
   y << YAML::Key << "dir" << YAML::Value << e.output.dir;
   y << YAML::Key << "log_format" << YAML::Value << choice_name(kLogFormats, e.output.log_format);
+  y << YAML::Key << "tensorboard" << YAML::Value << e.output.tensorboard;
   y << YAML::EndMap;
 
   y << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;

@@ -120,6 +120,7 @@ struct ScheduleConfig {
 struct OutputConfig {
   std::string dir;  // run directory; default runs/<name>
   LogFormat log_format = LogFormat::standard;
+  bool tensorboard = false;  // also write TensorBoard event files under <dir>/tb
 };
 
 struct CheckpointConfig {

@@ -10,6 +10,7 @@
 #include "train/checkpoint.hpp"
 #include "train/communicators.hpp"
 #include "train/run_log.hpp"
+#include "train/tensorboard.hpp"
 
 namespace mnist {
 
@@ -176,7 +177,18 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
     log->info("resumed from {} at step {}", resume_path, s.step);
   }
 
-  result.summary = trainer.run(run_log);
+  std::vector<RunObserver*> observers{&run_log};
+  if (options.progress) observers.push_back(options.progress.get());
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (rank0 && experiment.output.tensorboard) {
+    tensorboard = std::make_unique<TensorBoardWriter>(run_log.dir() + "/tb");
+    observers.push_back(tensorboard.get());
+    log->info("TensorBoard events: {} (tensorboard --logdir {})", tensorboard->path(),
+              run_log.dir());
+  }
+  RunObservers all(observers);
+  result.summary = trainer.run(all);
+  if (options.progress) options.progress->finish();
   result.checkpoint = save(trainer);
   if (result.summary.stop_reason != kNoStop) {
     result.outcome = result.summary.stop_reason == kStopRequeue ? SessionOutcome::requeue

@@ -13,6 +13,7 @@
 #include "config/experiment.hpp"
 #include "model/model.hpp"
 #include "train/device_plan.hpp"
+#include "train/progress.hpp"
 #include "train/trainer.hpp"
 
 namespace mnist {
@@ -27,6 +28,8 @@ struct SessionOptions {
   // Resume even when the checkpoint's math-relevant config differs (the differences are logged).
   bool force_resume = false;
   TrainerOptions trainer;  // stop_requested, phase_hook (checkpoint hooks are set by the session)
+  // The live status line (may be null or disabled); erased before the run's closing lines.
+  std::shared_ptr<ProgressLine> progress;
 };
 
 enum class SessionOutcome { completed, interrupted, requeue };

@@ -432,6 +432,7 @@ TrainSummary Trainer::run(RunObserver& observer) {
   const int64_t first_step = next_step_;
   int64_t window_steps = 0;
   auto window_start = Clock::now();
+  const auto run_start = window_start;
   while (next_step_ < plan_.steps) {
     const int64_t s = next_step_;
     const bool log = tc.log_every > 0 && ((s + 1) % tc.log_every == 0 || s + 1 == plan_.steps);
@@ -468,6 +469,16 @@ TrainSummary Trainer::run(RunObserver& observer) {
       window_steps = 0;
       compute_ms = comm_ms = 0;
       window_start = Clock::now();
+    }
+    {
+      ProgressRecord p;
+      p.step = next_step_;
+      p.total_steps = plan_.steps;
+      p.first_step = first_step;
+      p.elapsed_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+      p.samples_per_second = (next_step_ - first_step) * static_cast<double>(plan_.global_batch) /
+                             std::max(p.elapsed_seconds, 1e-9);
+      observer.on_progress(p);
     }
     if (tc.eval_every > 0 && next_step_ % tc.eval_every == 0 && next_step_ < plan_.steps)
       observer.on_eval(evaluate());

@@ -48,6 +48,15 @@ struct EvalRecord {
   int64_t samples = 0;
 };
 
+// Where the run stands after every step (logged or not): what a live progress display needs.
+struct ProgressRecord {
+  int64_t step = 0;  // steps completed
+  int64_t total_steps = 0;
+  int64_t first_step = 0;         // where this run started (non-zero after a resume)
+  double elapsed_seconds = 0;     // wall time since this run's first step started
+  double samples_per_second = 0;  // over this run so far
+};
+
 struct TrainSummary {
   int64_t steps = 0;
   int global_batch = 0;
@@ -63,6 +72,25 @@ class RunObserver {
   virtual ~RunObserver() = default;
   virtual void on_step(const StepRecord&) {}
   virtual void on_eval(const EvalRecord&) {}
+  virtual void on_progress(const ProgressRecord&) {}
+};
+
+// Several observers fed the same records, in the order given.
+class RunObservers : public RunObserver {
+ public:
+  explicit RunObservers(std::vector<RunObserver*> observers) : observers_(std::move(observers)) {}
+  void on_step(const StepRecord& r) override {
+    for (RunObserver* o : observers_) o->on_step(r);
+  }
+  void on_eval(const EvalRecord& r) override {
+    for (RunObserver* o : observers_) o->on_eval(r);
+  }
+  void on_progress(const ProgressRecord& r) override {
+    for (RunObserver* o : observers_) o->on_progress(r);
+  }
+
+ private:
+  std::vector<RunObserver*> observers_;
 };
 
 // Creates worker k's backend; called on worker k's own thread (a CUDA context is per thread).

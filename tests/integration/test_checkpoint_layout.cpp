@@ -14,6 +14,7 @@
 #include "model/model.hpp"
 #include "support/checkpoint_fixtures.hpp"
 #include "support/idx_writer.hpp"
+#include "support/python.hpp"
 #include "train/checkpoint.hpp"
 
 using namespace mnist;
@@ -37,18 +38,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 
 TEST_CASE("another tool reads the layout we intend (python3 struct + json + numpy)",
           "[checkpoint]") {
-  // The first interpreter with numpy: $MNIST_PYTHON if set, then python3 on PATH, then Debian's
-  // (a pyenv shim on PATH may hide the system python that has python3-numpy).
-  std::string python;
-  std::vector<std::string> candidates = {"python3", "/usr/bin/python3"};
-  if (const char* env = std::getenv("MNIST_PYTHON")) candidates.insert(candidates.begin(), env);
-  for (const std::string& candidate : candidates) {
-    if (std::system(fmt::format("'{}' -c 'import numpy' >/dev/null 2>&1", candidate).c_str()) ==
-        0) {
-      python = candidate;
-      break;
-    }
-  }
+  const std::string python = mnist::test::find_python("numpy");
   INFO(
       "no python3 with numpy found (tried $MNIST_PYTHON, python3, /usr/bin/python3); "
       "scripts/setup.sh installs python3-numpy");
