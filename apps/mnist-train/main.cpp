@@ -117,13 +117,14 @@ mnist::DevicePlan device_plan(const mnist::Experiment& experiment) {
 }
 
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
-                  bool dry_run, const std::string& gpus, const std::string& log_format,
-                  const std::string& resume, bool force_resume, std::shared_ptr<spdlog::logger> log,
+                  const std::vector<std::string>& unsets, bool dry_run, const std::string& gpus,
+                  const std::string& log_format, const std::string& resume, bool force_resume,
+                  std::shared_ptr<spdlog::logger> log,
                   std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
   std::vector<std::string> all = overrides;
   if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
-  const mnist::Experiment experiment = mnist::load_experiment(config_path, all);
+  const mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
   const mnist::Model model = mnist::Model::build(experiment.model);
   const mnist::DevicePlan devices = device_plan(experiment);
   if (dry_run) {
@@ -209,9 +210,9 @@ int predict_command(const std::string& checkpoint, const std::vector<std::string
 }
 
 int bench_command(const std::string& config_path, const std::vector<std::string>& overrides,
-                  const mnist::BenchmarkOptions& options, const std::string& engines, bool json,
-                  bool allreduce) {
-  const mnist::Experiment experiment = mnist::load_experiment(config_path, overrides);
+                  const std::vector<std::string>& unsets, const mnist::BenchmarkOptions& options,
+                  const std::string& engines, bool json, bool allreduce) {
+  const mnist::Experiment experiment = mnist::load_experiment(config_path, overrides, unsets);
   const mnist::Model model = mnist::Model::build(experiment.model);
   if (allreduce) {
     // The communication of one training step: the flat gradient buffer plus the metric slots,
@@ -265,8 +266,13 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   std::vector<std::string> overrides;
   bool dry_run = false;
   app.add_option("-c,--config", config_path, "experiment YAML file")->check(CLI::ExistingFile);
-  app.add_option("--set", overrides, "override a config key before validation: key.path=value")
+  app.add_option("--set", overrides,
+                 "override a config key before validation: key.path=value (setting one of two "
+                 "exclusive keys, e.g. train.global_batch, replaces the other)")
       ->type_name("KEY=VALUE");
+  std::vector<std::string> unsets;
+  app.add_option("--unset", unsets, "remove a config key before the overrides: key.path")
+      ->type_name("KEY");
   app.add_flag("--dry-run", dry_run,
                "validate, print the resolved config and the layer table, exit");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
@@ -358,15 +364,15 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
     if (*predict_cmd) return predict_command(checkpoint_path, predict_images);
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
-      return bench_command(config_path, overrides, bench_options, bench_engines, bench_json,
+      return bench_command(config_path, overrides, unsets, bench_options, bench_engines, bench_json,
                            bench_allreduce);
     }
     if (config_path.empty()) {
       std::cerr << "mnist-train: --config FILE is required (see --help)\n";
       return kExitUsage;
     }
-    return train_command(config_path, overrides, dry_run, gpus, log_format, resume, force_resume,
-                         logger, progress, group);
+    return train_command(config_path, overrides, unsets, dry_run, gpus, log_format, resume,
+                         force_resume, logger, progress, group);
   } catch (...) {
     // The error message starts on a clean line, not after a half-erased status line.
     if (progress) progress->finish();

@@ -20,7 +20,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, const BackendOpti
 }
 
 int visible_gpu_count(std::string* why_none) {
-  if (why_none) *why_none = fmt::format("no CUDA GPU can be used: {}", kNotBuilt);
+  if (why_none) *why_none = kNotBuilt;
   return 0;
 }
 

@@ -36,8 +36,9 @@ ThreadCommunicator::ThreadCommunicator(int workers, UpperReduce upper, int proce
 }
 
 std::string ThreadCommunicator::name() const {
-  return processes_ > 1 ? fmt::format("threads x{} + MPI x{}", workers_, processes_)
-                        : fmt::format("threads x{}", workers_);
+  const std::string local =
+      fmt::format("in-process sum over {} worker{}", workers_, workers_ == 1 ? "" : "s");
+  return processes_ > 1 ? fmt::format("{}, then MPI over {} processes", local, processes_) : local;
 }
 
 void ThreadCommunicator::all_reduce_sum(int local_rank, Backend& backend, float* data,

@@ -21,6 +21,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.hpp"
+#include "core/printable.hpp"
 
 namespace mnist {
 namespace {
@@ -92,7 +93,7 @@ std::string show(const YAML::Node& node) {
   const std::string& s = node.Scalar();
   bool plain_number = !s.empty() && node.Tag() == "?" &&
                       s.find_first_not_of("0123456789+-.eE") == std::string::npos;
-  return plain_number ? s : "'" + s + "'";
+  return plain_number ? s : "'" + printable(s) + "'";
 }
 
 class Reporter {
@@ -107,6 +108,15 @@ class Reporter {
     }
     if (mark.is_null()) return source_;
     return fmt::format("{}:{}:{}", source_, mark.line + 1, mark.column + 1);
+  }
+
+  // Where the value at `path` came from, for messages that name two keys: "from --set '...'" or
+  // "at line N" (never "line 0" for a value that no line holds).
+  std::string origin(const std::string& path, const YAML::Mark& mark) const {
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+      if (path_within(path, it->path)) return fmt::format("from --set '{}'", it->text);
+    }
+    return mark.is_null() ? std::string("in the file") : fmt::format("at line {}", mark.line + 1);
   }
 
   [[noreturn]] void fail_at(const YAML::Mark& mark, const std::string& path,
@@ -364,10 +374,10 @@ class Section {
       YAML::Mark ma = key_mark(a), mb = key_mark(b);
       bool b_later = mb.line > ma.line || (mb.line == ma.line && mb.column > ma.column);
       const std::string& later = b_later ? b : a;
-      r_.fail_at(key_mark(later), path_,
-                 fmt::format("give exactly one of '{}' and '{}'; found both ({} at line {}, {} at "
-                             "line {})",
-                             a, b, a, key_line(a), b, key_line(b)));
+      r_.fail_at(
+          key_mark(later), path_,
+          fmt::format("give exactly one of '{}' and '{}'; found both ({} {}, {} {})", a, b, a,
+                      r_.origin(child(a), key_mark(a)), b, r_.origin(child(b), key_mark(b))));
     }
     if (!has(a) && !has(b)) {
       r_.fail_at(mark(), path_,
@@ -894,6 +904,29 @@ bool map_has_key(const YAML::Node& map, const std::string& key) {
   return false;
 }
 
+// Keys of which a config gives exactly one: an override of one replaces the other, so
+// `--set train.global_batch=300` works on a config that has train.batch_per_device.
+constexpr std::pair<const char*, const char*> kExclusiveKeys[] = {
+    {"train.steps", "train.epochs"},
+    {"train.batch_per_device", "train.global_batch"},
+};
+
+// The other key of an exclusive pair, or "" when `path` is in none.
+std::string exclusive_partner(const std::string& path) {
+  for (const auto& [a, b] : kExclusiveKeys) {
+    if (path == a) return b;
+    if (path == b) return a;
+  }
+  return "";
+}
+
+// Removes "section.key" from the tree if it is there (only top-level sections hold such keys).
+void erase_key(YAML::Node& root, const std::string& path) {
+  const std::size_t dot = path.find('.');
+  YAML::Node section = root[path.substr(0, dot)];
+  if (section.IsMap()) section.remove(path.substr(dot + 1));
+}
+
 // Writes one "key.path=value" into the tree. Keys that do not exist are created (the schema check
 // that follows then rejects unknown ones with a hint); list indices must exist.
 void apply_override(YAML::Node& root, const std::string& text, Reporter& r,
@@ -960,6 +993,39 @@ void apply_override(YAML::Node& root, const std::string& text, Reporter& r,
     }
   }
   r.overrides.push_back({text, origin.empty() ? path : origin});
+  const std::string partner = exclusive_partner(path);
+  if (!partner.empty()) erase_key(root, partner);
+}
+
+// Removes one key (a map entry) from the tree: --unset train.epochs. The key must be there.
+void apply_unset(YAML::Node& root, const std::string& key_path, const std::string& source) {
+  const std::string where = fmt::format("{}: --unset '{}'", source, key_path);
+  std::vector<PathToken> tokens = parse_override_path(key_path, where);
+  if (tokens.back().key.empty())
+    MNIST_THROW(ConfigError, "{}: only a key can be unset, not a list item", where);
+  YAML::Node cur = root;
+  std::string path;
+  for (std::size_t i = 0; i + 1 < tokens.size(); ++i) {
+    const PathToken& t = tokens[i];
+    YAML::Node next;
+    if (t.key.empty()) {
+      if (!cur.IsSequence() || t.index >= cur.size())
+        MNIST_THROW(ConfigError, "{}: {} has no item [{}]", where, path, t.index);
+      next = cur[t.index];
+      path += fmt::format("[{}]", t.index);
+    } else {
+      if (!cur.IsMap() || !map_has_key(cur, t.key))
+        MNIST_THROW(ConfigError, "{}: the config has no '{}'", where,
+                    path.empty() ? t.key : path + "." + t.key);
+      next = cur[t.key];
+      path = path.empty() ? t.key : path + "." + t.key;
+    }
+    cur.reset(next);
+  }
+  if (!cur.IsMap() || !map_has_key(cur, tokens.back().key))
+    MNIST_THROW(ConfigError, "{}: the config has no key '{}'{}", where, key_path,
+                " (nothing to unset)");
+  cur.remove(tokens.back().key);
 }
 
 // ---- emitting -----------------------------------------------------------------------------------
@@ -1035,7 +1101,8 @@ const char* to_string(LayerKind k) {
 }
 
 Experiment parse_experiment(const std::string& yaml_text, const std::string& source_name,
-                            const std::vector<std::string>& overrides) {
+                            const std::vector<std::string>& overrides,
+                            const std::vector<std::string>& unsets) {
   Reporter r(source_name);
   YAML::Node root;
   try {
@@ -1044,19 +1111,22 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& sou
     MNIST_THROW(ConfigError, "{}:{}:{}: not valid YAML: {}", source_name, ex.mark.line + 1,
                 ex.mark.column + 1, ex.msg);
   }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (const auto& key : unsets) apply_unset(root, key, source_name);
   for (const auto& o : overrides) apply_override(root, o, r, source_name);
   Experiment e = build_experiment(r, root);
   e.source_path = source_name;
   return e;
 }
 
-Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                           const std::vector<std::string>& unsets) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     MNIST_THROW(ConfigError, "{}: cannot open the config file: {}", path, std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_experiment(text.str(), path, overrides);
+  return parse_experiment(text.str(), path, overrides, unsets);
 }
 
 std::string to_yaml(const Experiment& e) {

@@ -142,12 +142,17 @@ struct Experiment {
   std::string source_path;  // the file it came from, for messages
 };
 
-// Reads and validates `path`, applying `overrides` ("train.steps=50", YAML values) first.
-// Throws ConfigError naming the file, YAML path, line:column, the value and the rule.
-Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides = {});
+// Reads and validates `path`, removing the `unsets` keys ("train.epochs") and then applying
+// `overrides` ("train.steps=50", YAML values) first. An override of one of two exclusive keys
+// (train.steps / epochs, train.batch_per_device / global_batch) replaces the other.
+// Throws ConfigError naming the file, YAML path, line:column (or the --set text), the value and
+// the rule.
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides = {},
+                           const std::vector<std::string>& unsets = {});
 // Same, from YAML text (`source_name` appears in messages). Used by tests.
 Experiment parse_experiment(const std::string& yaml_text, const std::string& source_name,
-                            const std::vector<std::string>& overrides = {});
+                            const std::vector<std::string>& overrides = {},
+                            const std::vector<std::string>& unsets = {});
 // The resolved experiment as YAML (every key, defaults included), for --dry-run and the run dir.
 std::string to_yaml(const Experiment& e);
 

@@ -20,6 +20,7 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "core/printable.hpp"
 
 namespace mnist {
 namespace {
@@ -102,7 +103,7 @@ uint64_t parse_u64(const std::string& path, const std::string& key, const std::s
   uint64_t out = 0;
   if (!v.as_uint64(out))
     MNIST_THROW(DataError, "'{}': metadata '{}' is \"{}\", expected a non-negative integer", path,
-                key, text);
+                key, printable(text));
   return out;
 }
 
@@ -313,7 +314,7 @@ Header read_header(const std::string& path) {
         MNIST_THROW(DataError,
                     "'{}': metadata '{}' at byte offset {} is {}; safetensors metadata values are "
                     "strings",
-                    path, key, value.offset, json::to_string(value.type));
+                    path, printable(key), value.offset, json::to_string(value.type));
       ckpt.metadata[key] = value.text;
     }
   }
@@ -327,7 +328,7 @@ Header read_header(const std::string& path) {
   const std::string version = ckpt.metadata[kMetaFormatVersion];
   if (version != kCheckpointFormatVersion)
     MNIST_THROW(DataError, "'{}': format_version is \"{}\"; this tool reads version {}", path,
-                version, kCheckpointFormatVersion);
+                printable(version), kCheckpointFormatVersion);
   const uint64_t step = parse_u64(path, kMetaStep, ckpt.metadata[kMetaStep]);
   if (step > static_cast<uint64_t>(INT64_MAX))
     MNIST_THROW(DataError, "'{}': metadata step {} is out of range", path, step);

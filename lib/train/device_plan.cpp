@@ -86,6 +86,14 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
   }
   plan.kind = DeviceKind::cpu;
   plan.cpu_workers = config.cpu_workers;
+  // A GPU experiment falling back to the CPU keeps its meaning: one CPU replica per GPU it lists,
+  // so the global batch (and with it the trajectory) is the one the config describes.
+  int listed_gpus = 0;
+  if (config.backend == BackendChoice::auto_select) {
+    if (config.gpus_mode == "list") listed_gpus = static_cast<int>(config.gpu_list.size());
+    if (config.gpus_mode == "auto") listed_gpus = config.gpus_auto_count;
+    if (listed_gpus > 0) plan.cpu_workers = listed_gpus;
+  }
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = config.threads > 0 ? config.threads : cores;
   plan.threads_per_worker = std::max(1, threads / plan.cpu_workers);
@@ -94,11 +102,12 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
                 "devices.engine: '{}' needs the CUDA backend; the CPU backend has only 'native'",
                 config.engine);
   if (config.backend == BackendChoice::auto_select)
-    plan.note =
-        fmt::format("no GPU visible ({}): training on the CPU with {} worker{} x {} thread{}",
-                    why_none.empty() ? cuda_visible_devices_description() : why_none,
-                    plan.cpu_workers, plan.cpu_workers == 1 ? "" : "s", plan.threads_per_worker,
-                    plan.threads_per_worker == 1 ? "" : "s");
+    plan.note = fmt::format(
+        "no GPU visible: {}; training on the CPU, {}{}",
+        why_none.empty() ? cuda_visible_devices_description() : why_none, plan.describe_workers(),
+        listed_gpus > 0 ? fmt::format(" (one per GPU in devices.gpus, so the global batch is the "
+                                      "config's)")
+                        : "");
   return plan;
 }
 
@@ -114,10 +123,13 @@ BackendFactory DevicePlan::factory() const {
   };
 }
 
+std::string DevicePlan::describe_workers() const {
+  return fmt::format("{} worker{} x {} thread{}", cpu_workers, cpu_workers == 1 ? "" : "s",
+                     threads_per_worker, threads_per_worker == 1 ? "" : "s");
+}
+
 std::string DevicePlan::describe() const {
-  if (kind == DeviceKind::cpu)
-    return fmt::format("cpu, {} worker{} x {} thread{}", cpu_workers, cpu_workers == 1 ? "" : "s",
-                       threads_per_worker, threads_per_worker == 1 ? "" : "s");
+  if (kind == DeviceKind::cpu) return "cpu, " + describe_workers();
   std::string list;
   for (int g : gpus) list += (list.empty() ? "" : ", ") + std::to_string(g);
   return fmt::format("cuda, GPUs [{}], engine {}", list, engine);
@@ -129,7 +141,7 @@ std::string describe_visible_gpus() {
   if (gpus.empty()) {
     std::string why;
     visible_gpu_count(&why);
-    return out + (why.empty() ? "no GPU is visible to this process" : why) + "\n";
+    return out + "no GPU is visible to this process" + (why.empty() ? "" : ": " + why) + "\n";
   }
   for (const GpuInfo& g : gpus) {
     std::string peers;

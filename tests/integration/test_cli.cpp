@@ -134,3 +134,26 @@ TEST_CASE("the seed log format prints Step:N:loss acc lines", "[cli]") {
   CHECK(r.output.find("Step:1:") != std::string::npos);
   CHECK(r.output.find("Testing Accuracy:") != std::string::npos);
 }
+
+TEST_CASE("configs/two_gpu.yaml without a GPU keeps its global batch on two CPU workers", "[cli]") {
+  const Result r = run_cli("--config configs/two_gpu.yaml --dry-run");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  if (r.output.find("devices: cuda") != std::string::npos) return;  // a machine with GPUs
+  CHECK(r.output.find("devices: cpu, 2 workers x ") != std::string::npos);
+}
+
+TEST_CASE("--set of one exclusive key replaces the other; --unset removes a key", "[cli]") {
+  Result r =
+      run_cli("--config configs/seed_single_gpu.yaml --dry-run --set train.global_batch=300");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("global_batch: 300") != std::string::npos);
+  r = run_cli("--config configs/seed_single_gpu.yaml --dry-run --unset train.steps");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("give exactly one of 'steps' and 'epochs'; found neither") !=
+        std::string::npos);
+  r = run_cli("--config configs/seed_single_gpu.yaml --dry-run --unset train.nothing");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--unset 'train.nothing'") != std::string::npos);
+}

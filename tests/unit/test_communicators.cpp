@@ -14,7 +14,7 @@ TEST_CASE("CPU workers average through the thread communicator", "[comm][communi
   plan.kind = DeviceKind::cpu;
   plan.cpu_workers = 3;
   const auto comm = make_communicator(plan);
-  CHECK(comm->name() == "threads x3");
+  CHECK(comm->name() == "in-process sum over 3 workers");
   CHECK(comm->local_size() == 3);
   CHECK(comm->global_size() == 3);
 }

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "config/experiment.hpp"
 #include "core/error.hpp"
+#include "core/printable.hpp"
 
 using namespace mnist;
 using Catch::Matchers::Contains;
@@ -500,8 +502,8 @@ schedule: {type: cosine, min_lr: 0.5}
         "not 'dense'"}},
       {"override that breaks a cross-key rule",
        kMinimal,
-       {"train.epochs=3"},
-       {"train: give exactly one of 'steps' and 'epochs'; found both"}},
+       {"schedule.type=cosine", "schedule.min_lr=0.5"},
+       {"broken.yaml: --set 'schedule.min_lr=0.5': schedule.min_lr"}},
   };
   REQUIRE(cases.size() >= 20);
   for (const auto& c : cases) {
@@ -699,4 +701,74 @@ TEST_CASE("a config file that cannot be read names the file", "[config]") {
                          return m.find(missing) != std::string::npos &&
                                 m.find("cannot open") != std::string::npos;
                        }));
+}
+
+// The message of whatever ConfigError `parse` throws ("" if none).
+static std::string error_of(const std::function<void()>& parse) {
+  try {
+    parse();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("an override of one of two exclusive keys replaces the other, and --unset removes keys",
+          "[config]") {
+  // kMinimal has train.batch_per_device and train.steps.
+  Experiment e = parse_experiment(kMinimal, "m.yaml", {"train.global_batch=300"});
+  CHECK(e.train.global_batch == 300);
+  CHECK(e.train.batch_per_device == 0);
+  e = parse_experiment(kMinimal, "m.yaml", {"train.epochs=2"});
+  CHECK(e.train.epochs == 2);
+  CHECK(e.train.steps == 0);
+  // --unset, then the overrides: the same result spelt out.
+  e = parse_experiment(kMinimal, "m.yaml", {"train.global_batch=64"}, {"train.batch_per_device"});
+  CHECK(e.train.global_batch == 64);
+  // Unsetting a key that is not there, or a list item, is an error naming the --unset.
+  const std::string missing =
+      error_of([] { parse_experiment(kMinimal, "m.yaml", {}, {"train.epochs"}); });
+  CHECK(missing.find("m.yaml: --unset 'train.epochs'") != std::string::npos);
+  CHECK(missing.find("no key 'train.epochs'") != std::string::npos);
+  CHECK(error_of([] {
+          parse_experiment(kMinimal, "m.yaml", {}, {"model.layers[0]"});
+        }).find("not a list item") != std::string::npos);
+  // Unsetting the only one of an exclusive pair: the rule names both keys.
+  CHECK(error_of([] {
+          parse_experiment(kMinimal, "m.yaml", {}, {"train.steps"});
+        }).find("give exactly one of 'steps' and 'epochs'; found neither") != std::string::npos);
+}
+
+TEST_CASE("two exclusive keys from the file name their lines, never 'line 0'", "[config]") {
+  const std::string both = error_of([] {
+    parse_experiment(R"(model:
+  layers:
+    - flatten: {}
+    - dense: {units: 10}
+train:
+  steps: 10
+  batch_per_device: 8
+  global_batch: 16
+)",
+                     "both.yaml");
+  });
+  CHECK(both.find("found both (batch_per_device at line 7, global_batch at line 8)") !=
+        std::string::npos);
+  CHECK(both.find("line 0") == std::string::npos);
+}
+
+TEST_CASE("values with raw bytes are quoted with escapes in messages", "[config]") {
+  // A damaged file (or a checkpoint's embedded config) may hold any byte: the message shows it
+  // escaped, never raw.
+  const std::string message = error_of([] {
+    parse_experiment(std::string(kMinimal) + "devices: {backend: \"cu\\x01da\\xff\"}\n",
+                     "raw.yaml");
+  });
+  INFO(message);
+  CHECK(message.find("'cu\\x01da") != std::string::npos);
+  CHECK(message.find('\x01') == std::string::npos);
+  CHECK(printable("caf\xc3\xa9 \xff\xfe\n\t\\ ok") == "caf\xc3\xa9 \\xff\\xfe\\n\\t\\\\ ok");
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");       // a UTF-16 surrogate is not UTF-8
+  CHECK(printable("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");  // U+1F600 is
+  CHECK(printable("\xe2\x82") == "\\xe2\\x82");                // cut short
 }

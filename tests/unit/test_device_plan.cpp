@@ -39,11 +39,33 @@ TEST_CASE("auto uses every visible GPU, or the CPU with a note when there is non
   CHECK(two.workers() == 2);
   DevicesConfig cpu = config(BackendChoice::auto_select, "all");
   cpu.cpu_workers = 3;
-  const DevicePlan none = plan_devices(cpu, {}, "no CUDA GPU can be used: no driver");
+  const DevicePlan none = plan_devices(cpu, {}, "cudaGetDeviceCount: no driver");
   CHECK(none.kind == DeviceKind::cpu);
   CHECK(none.workers() == 3);
-  CHECK(none.note.find("no driver") != std::string::npos);
-  CHECK(none.note.find("training on the CPU") != std::string::npos);
+  CHECK(none.note.find("no GPU visible: cudaGetDeviceCount: no driver; training on the CPU, 3 "
+                       "workers x ") == 0);
+}
+
+TEST_CASE("a GPU list falling back to the CPU keeps one replica per listed GPU", "[devices]") {
+  // configs/two_gpu.yaml on a machine without a GPU: two CPU replicas of batch_per_device each,
+  // so the global batch stays the config's 2 x 1000, not 1000.
+  DevicesConfig two = config(BackendChoice::auto_select, "list", {0, 1});
+  two.threads = 2;
+  const DevicePlan plan = plan_devices(two, {}, "no driver");
+  CHECK(plan.kind == DeviceKind::cpu);
+  CHECK(plan.workers() == 2);
+  CHECK(plan.threads_per_worker == 1);
+  // The note and the plan's description use the same words (once they disagreed).
+  CHECK(plan.describe() == "cpu, 2 workers x 1 thread");
+  CHECK(plan.note.find("training on the CPU, 2 workers x 1 thread (one per GPU in devices.gpus") !=
+        std::string::npos);
+  CHECK(plan.note.find("((") == std::string::npos);
+  DevicesConfig auto3 = config(BackendChoice::auto_select, "auto", {}, 3);
+  CHECK(plan_devices(auto3, {}, "no driver").workers() == 3);
+  // backend cpu is taken literally: cpu_workers, whatever devices.gpus says.
+  DevicesConfig cpu = config(BackendChoice::cpu, "list", {0, 1});
+  CHECK(plan_devices(cpu, {}).workers() == 1);
+  CHECK(plan_devices(cpu, {}).note.empty());
 }
 
 TEST_CASE("an explicit GPU list is checked against what is visible", "[devices]") {

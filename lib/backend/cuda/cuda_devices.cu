@@ -48,7 +48,8 @@ int visible_gpu_count(std::string* why_none) {
     count = 0;           // without a driver the runtime may leave `count` untouched
   }
   if (count == 0 && why_none) {
-    *why_none = fmt::format("no CUDA GPU is visible ({}; {}; {})",
+    // One flat clause list: callers put it after their own "no GPU visible: ".
+    *why_none = fmt::format("{}; {}; {}",
                             status != cudaSuccess
                                 ? fmt::format("cudaGetDeviceCount: {}: {}",
                                               cudaGetErrorName(status), cudaGetErrorString(status))
