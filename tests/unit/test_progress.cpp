@@ -83,7 +83,7 @@ TEST_CASE("the status line never reaches the terminal's last column", "[progress
   CHECK(format_progress(at(10, 10, 1), 0.5, 0.5, 200).find("100%") != std::string::npos);
 }
 
-TEST_CASE("--progress takes auto, always or never", "[progress]") {
+TEST_CASE("the --progress option takes auto, always or never", "[progress]") {
   CHECK(parse_progress_mode("auto") == ProgressMode::auto_detect);
   CHECK(parse_progress_mode("always") == ProgressMode::always);
   CHECK(parse_progress_mode("never") == ProgressMode::never);
