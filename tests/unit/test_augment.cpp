@@ -12,11 +12,13 @@
 #include "data/augment.hpp"
 #include "data/dataset.hpp"
 #include "model/model.hpp"
+#include "support/idx_writer.hpp"
 #include "support/synthetic.hpp"
 #include "train/device_plan.hpp"
 #include "train/trainer.hpp"
 
 using namespace mnist;
+using Catch::Matchers::Contains;
 
 namespace {
 // Parameters after `steps` steps of the small synthetic network on `workers` CPU workers.
@@ -163,4 +165,28 @@ TEST_CASE("epsilon_style tensorflow is epsilon * sqrt(1 / (1 - beta2^t)) added t
   const std::vector<float> plain = params_after(1, {"train.steps=1", "optimizer.epsilon=0.001"});
   CHECK(max_abs_diff(tf, pytorch) < 1e-7);
   CHECK(max_abs_diff(tf, plain) > 1e-4);
+}
+
+TEST_CASE("data.validation_size: load_dataset trains on the rest, and refuses to hold out all",
+          "[augment][data]") {
+  test::ScratchDir dir;
+  std::vector<uint8_t> pixels(5 * 4);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i);
+  test::write_idx_images(dir.file(kTrainImages), 5, 2, 2, pixels);
+  test::write_idx_labels(dir.file(kTrainLabels), {0, 1, 2, 3, 4});
+  test::write_idx_images(dir.file(kTestImages), 1, 2, 2, {9, 9, 9, 9});
+  test::write_idx_labels(dir.file(kTestLabels), {7});
+  DataConfig cfg;
+  cfg.dataset = "custom";
+  cfg.dir = dir.path();
+  cfg.validation_size = 2;
+  const Dataset ds = load_dataset(cfg, 10);
+  CHECK(ds.train.count == 3);
+  CHECK(ds.train.labels == std::vector<uint8_t>{2, 3, 4});
+  CHECK(ds.train.pixels.front() == 8);  // image 2's first pixel
+  CHECK(ds.test.count == 1);            // the test split is untouched
+  cfg.validation_size = 5;
+  CHECK_THROWS_WITH(load_dataset(cfg, 10), Contains("data.validation_size is 5") &&
+                                               Contains(dir.file(kTrainImages)) &&
+                                               Contains("holds 5 images"));
 }
