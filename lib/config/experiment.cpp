@@ -259,6 +259,8 @@ const Choices<BatchNormMode> kBatchNormModes = {{"local", BatchNormMode::local},
                                                 {"sync", BatchNormMode::sync}};
 const Choices<OptimizerKind> kOptimizers = {{"adam", OptimizerKind::adam},
                                             {"sgd", OptimizerKind::sgd}};
+const Choices<AdamEpsilon> kAdamEpsilons = {{"pytorch", AdamEpsilon::pytorch},
+                                            {"tensorflow", AdamEpsilon::tensorflow}};
 const Choices<WeightDecayMode> kWeightDecayModes = {{"l2", WeightDecayMode::l2},
                                                     {"decoupled", WeightDecayMode::decoupled}};
 const Choices<ScheduleKind> kSchedules = {{"constant", ScheduleKind::constant},
@@ -684,9 +686,11 @@ ModelConfig parse_model(const Reporter& r, const Section& top) {
 
 DataConfig parse_data(const Reporter& r, const Section& top) {
   DataConfig data;
-  Section s = top.section("data", {"dataset", "dir", "files"});
+  Section s = top.section("data", {"dataset", "dir", "files", "validation_size", "random_shift"});
   s.choice("dataset", data.dataset, kDatasets);
   s.text("dir", data.dir);
+  s.integer("validation_size", data.validation_size, 0);
+  s.integer("random_shift", data.random_shift, 0, 8);
   Section files =
       s.section("files", {"train_images", "train_labels", "test_images", "test_labels"});
   files.text("train_images", data.train_images);
@@ -774,18 +778,21 @@ TrainConfig parse_train(const Reporter& r, const Section& top) {
 
 OptimizerConfig parse_optimizer(const Section& top) {
   OptimizerConfig o;
-  Section s = top.section("optimizer", {"type", "lr", "beta1", "beta2", "epsilon", "momentum",
-                                        "nesterov", "weight_decay", "weight_decay_mode"});
+  Section s =
+      top.section("optimizer", {"type", "lr", "beta1", "beta2", "epsilon", "epsilon_style",
+                                "momentum", "nesterov", "weight_decay", "weight_decay_mode"});
   s.choice("type", o.kind, kOptimizers);
   if (o.kind == OptimizerKind::adam) {
     s.forbid({"momentum", "nesterov"}, "with type adam (it is an sgd option)");
   } else {
-    s.forbid({"beta1", "beta2", "epsilon"}, "with type sgd (it is an adam option)");
+    s.forbid({"beta1", "beta2", "epsilon", "epsilon_style"},
+             "with type sgd (it is an adam option)");
   }
   s.number("lr", o.lr, above(0));
   s.number("beta1", o.beta1, half_open(0, 1));
   s.number("beta2", o.beta2, half_open(0, 1));
   s.number("epsilon", o.epsilon, above(0));
+  s.choice("epsilon_style", o.epsilon_style, kAdamEpsilons);
   s.number("momentum", o.momentum, half_open(0, 1));
   s.boolean("nesterov", o.nesterov);
   if (o.nesterov && o.momentum == 0) {
@@ -1154,6 +1161,8 @@ std::string to_yaml(const Experiment& e) {
     }
     y << YAML::EndMap;
   }
+  y << YAML::Key << "validation_size" << YAML::Value << e.data.validation_size;
+  y << YAML::Key << "random_shift" << YAML::Value << e.data.random_shift;
   y << YAML::EndMap;
 
   // Layers are written expanded (batch_norm / relu as their own items, every option explicit), so
@@ -1212,6 +1221,7 @@ std::string to_yaml(const Experiment& e) {
     y << YAML::Key << "beta1" << YAML::Value << num(o.beta1);
     y << YAML::Key << "beta2" << YAML::Value << num(o.beta2);
     y << YAML::Key << "epsilon" << YAML::Value << num(o.epsilon);
+    y << YAML::Key << "epsilon_style" << YAML::Value << choice_name(kAdamEpsilons, o.epsilon_style);
   } else {
     y << YAML::Key << "momentum" << YAML::Value << num(o.momentum);
     y << YAML::Key << "nesterov" << YAML::Value << boolean(o.nesterov);

@@ -56,6 +56,13 @@ struct DataConfig {
   std::string dir;  // default: data/<dataset>
   // Optional explicit paths; each defaults to <dir>/<standard name>[.gz].
   std::string train_images, train_labels, test_images, test_labels;
+  // The first N training images are held out and never trained on, as TensorFlow 1's
+  // read_data_sets keeps them for validation (5000 gives its 55,000-image training split).
+  int validation_size = 0;
+  // Augmentation: each training image is shifted by (dx, dy), each uniform in
+  // [-random_shift, random_shift] pixels, drawn from (seed, step, position in the global batch);
+  // vacated pixels are 0. 0: off. Test images are never shifted.
+  int random_shift = 0;
 };
 
 struct ModelConfig {
@@ -97,12 +104,17 @@ struct TrainConfig {
 };
 
 enum class OptimizerKind { adam, sgd };
+// Where Adam adds epsilon: to sqrt(v_hat) (Kingma & Ba, PyTorch) or to sqrt(v) with the bias
+// corrections folded into the step size (TensorFlow 1's AdamOptimizer): the latter equals the
+// former with epsilon * sqrt(1 / (1 - beta2^t)), which is larger early in training.
+enum class AdamEpsilon { pytorch, tensorflow };
 enum class WeightDecayMode { l2, decoupled };
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adam;
   double lr = 0.001;
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  AdamEpsilon epsilon_style = AdamEpsilon::pytorch;
   double momentum = 0.0;
   bool nesterov = false;
   double weight_decay = 0.0;

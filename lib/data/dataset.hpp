@@ -31,8 +31,12 @@ ImageSet read_idx_pair(const std::string& images_path, const std::string& labels
                        int num_classes);
 
 // Resolves the four files of `cfg` (explicit paths, else <dir>/<standard name> or <name>.gz) and
-// reads both splits; checks that train and test images have the same size.
+// reads both splits; checks that train and test images have the same size. Drops the first
+// cfg.validation_size training images (TensorFlow 1's validation split, never trained on).
 Dataset load_dataset(const DataConfig& cfg, int num_classes);
+
+// Removes the first n images of `set` (0 <= n <= count).
+void hold_out_first(ImageSet& set, int n);
 
 // Standard file names.
 inline constexpr const char* kTrainImages = "train-images-idx3-ubyte";

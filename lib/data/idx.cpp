@@ -350,6 +350,15 @@ std::string read_provenance(const std::string& dir) {
   return fetched.empty() ? source : fmt::format("{} (fetched {})", source, fetched);
 }
 
+void hold_out_first(ImageSet& set, int n) {
+  MNIST_CHECK(n >= 0 && n <= set.count, "cannot hold out {} of {} images", n, set.count);
+  const std::size_t pixels = static_cast<std::size_t>(set.pixels_per_image());
+  set.pixels.erase(set.pixels.begin(),
+                   set.pixels.begin() + static_cast<std::ptrdiff_t>(n * pixels));
+  set.labels.erase(set.labels.begin(), set.labels.begin() + n);
+  set.count -= n;
+}
+
 Dataset load_dataset(const DataConfig& cfg, int num_classes) {
   const std::string dir = cfg.dir.empty() ? "data/" + cfg.dataset : cfg.dir;
   struct Want {
@@ -411,6 +420,15 @@ Dataset load_dataset(const DataConfig& cfg, int num_classes) {
                 "train images '{}' are {}x{} but test images '{}' are {}x{}; they must match",
                 ds.train.images_path, ds.train.rows, ds.train.cols, ds.test.images_path,
                 ds.test.rows, ds.test.cols);
+  }
+  if (cfg.validation_size > 0) {
+    if (cfg.validation_size >= ds.train.count) {
+      MNIST_THROW(DataError,
+                  "data.validation_size is {} but '{}' holds {} images; it must leave at least one "
+                  "to train on",
+                  cfg.validation_size, ds.train.images_path, ds.train.count);
+    }
+    hold_out_first(ds.train, cfg.validation_size);
   }
   ds.provenance = read_provenance(dir);
   return ds;

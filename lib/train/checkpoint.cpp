@@ -507,6 +507,9 @@ std::string math_config_text(const Experiment& e) {
     out += fmt::format("{}={}\n", key, value);
   };
   line("seed", e.seed);
+  // Keys added later appear only when set, so earlier checkpoints keep their hash.
+  if (e.data.validation_size > 0) line("data.validation_size", e.data.validation_size);
+  if (e.data.random_shift > 0) line("data.random_shift", e.data.random_shift);
   const ModelConfig& m = e.model;
   line("model.input", fmt::format("{},{},{}", m.input_c, m.input_h, m.input_w));
   line("model.classes", m.classes);
@@ -564,6 +567,8 @@ std::string math_config_text(const Experiment& e) {
     line("optimizer.beta1", o.beta1);
     line("optimizer.beta2", o.beta2);
     line("optimizer.epsilon", o.epsilon);
+    // Keys added later appear only when set, so earlier checkpoints keep their hash.
+    if (o.epsilon_style == AdamEpsilon::tensorflow) line("optimizer.epsilon_style", "tensorflow");
   } else {
     line("optimizer.momentum", o.momentum);
     line("optimizer.nesterov", boolean(o.nesterov));

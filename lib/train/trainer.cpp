@@ -10,7 +10,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backend/optimizer_rule.hpp"
 #include "core/error.hpp"
+#include "data/augment.hpp"
 #include "data/sampler.hpp"
 #include "model/replica.hpp"
 #include "train/schedule.hpp"
@@ -248,6 +250,19 @@ void Trainer::worker_main(int k) {
     DeviceBuffer<uint8_t> test_labels = upload(data_.test.labels);
     DeviceBuffer<int32_t> indices(be, replica.max_batch());
     std::vector<int32_t> host_indices(replica.max_batch());
+    // data.random_shift: the slice is gathered and shifted on the host (data/augment.hpp), then
+    // copied to these buffers and gathered in order, so every backend sees the same images.
+    const int random_shift = experiment_.data.random_shift;
+    DeviceBuffer<uint8_t> shifted_pixels(
+        be,
+        random_shift > 0 ? static_cast<std::size_t>(slice_n) * data_.train.pixels_per_image() : 1);
+    DeviceBuffer<uint8_t> shifted_labels(be, random_shift > 0 ? std::max(slice_n, 1) : 1);
+    DeviceBuffer<int32_t> in_order(be, random_shift > 0 ? std::max(slice_n, 1) : 1);
+    std::vector<uint8_t> host_shifted_pixels, host_shifted_labels;
+    if (random_shift > 0 && slice_n > 0) {
+      for (int i = 0; i < slice_n; ++i) host_indices[i] = i;
+      be.copy_to_device(in_order.data(), host_indices.data(), sizeof(int32_t) * slice_n);
+    }
     const std::vector<float> init = model_.initial_params(experiment_.seed);
     be.copy_to_device(replica.params(), init.data(), init.size() * sizeof(float));
     const std::vector<float> init_state = model_.initial_state();
@@ -278,9 +293,20 @@ void Trainer::worker_main(int k) {
       if (job == kTrain) {
         const auto t0 = Clock::now();
         enter(Phase::data);
-        be.copy_to_device(indices.data(), sh.batch.data() + slice_lo, sizeof(int32_t) * slice_n);
-        be.gather_batch(train_pixels.data(), train_labels.data(), pixels, indices.data(), slice_n,
-                        replica.input(), replica.labels());
+        if (random_shift > 0) {
+          gather_shifted(data_.train, sh.batch.data() + slice_lo, slice_n, experiment_.seed, step,
+                         slice_lo, random_shift, host_shifted_pixels, host_shifted_labels);
+          be.copy_to_device(shifted_pixels.data(), host_shifted_pixels.data(),
+                            host_shifted_pixels.size());
+          be.copy_to_device(shifted_labels.data(), host_shifted_labels.data(),
+                            host_shifted_labels.size());
+          be.gather_batch(shifted_pixels.data(), shifted_labels.data(), pixels, in_order.data(),
+                          slice_n, replica.input(), replica.labels());
+        } else {
+          be.copy_to_device(indices.data(), sh.batch.data() + slice_lo, sizeof(int32_t) * slice_n);
+          be.gather_batch(train_pixels.data(), train_labels.data(), pixels, indices.data(), slice_n,
+                          replica.input(), replica.labels());
+        }
         replica.reset_metrics();
         pass.n = slice_n;
         pass.training = true;
@@ -300,6 +326,12 @@ void Trainer::worker_main(int k) {
         s.beta1 = static_cast<float>(opt.beta1);
         s.beta2 = static_cast<float>(opt.beta2);
         s.epsilon = static_cast<float>(opt.epsilon);
+        // TensorFlow 1 adds epsilon to sqrt(v), before the bias corrections scale the step:
+        // the same as adding epsilon * sqrt(1 / (1 - beta2^t)) to sqrt(v_hat).
+        if (opt.epsilon_style == AdamEpsilon::tensorflow)
+          s.epsilon =
+              static_cast<float>(opt.epsilon * std::sqrt(adam_bias_correction(
+                                                   static_cast<float>(opt.beta2), step + 1)));
         s.momentum = static_cast<float>(opt.momentum);
         s.nesterov = opt.nesterov;
         s.step = step + 1;

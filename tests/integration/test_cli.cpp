@@ -143,7 +143,8 @@ TEST_CASE("configs/two_gpu.yaml without a GPU keeps its global batch on two CPU 
   CHECK(r.output.find("devices: cpu, 2 workers x ") != std::string::npos);
 }
 
-TEST_CASE("an override of one exclusive key replaces the other, and --unset removes a key", "[cli]") {
+TEST_CASE("an override of one exclusive key replaces the other, and --unset removes a key",
+          "[cli]") {
   Result r =
       run_cli("--config configs/seed_single_gpu.yaml --dry-run --set train.global_batch=300");
   INFO(r.output);

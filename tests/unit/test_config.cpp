@@ -58,6 +58,8 @@ void require_same(const Experiment& a, const Experiment& b) {
   CHECK(a.data.train_labels == b.data.train_labels);
   CHECK(a.data.test_images == b.data.test_images);
   CHECK(a.data.test_labels == b.data.test_labels);
+  CHECK(a.data.validation_size == b.data.validation_size);
+  CHECK(a.data.random_shift == b.data.random_shift);
   CHECK(a.model.input_c == b.model.input_c);
   CHECK(a.model.input_h == b.model.input_h);
   CHECK(a.model.input_w == b.model.input_w);
@@ -109,6 +111,7 @@ void require_same(const Experiment& a, const Experiment& b) {
   CHECK(a.optimizer.beta1 == b.optimizer.beta1);
   CHECK(a.optimizer.beta2 == b.optimizer.beta2);
   CHECK(a.optimizer.epsilon == b.optimizer.epsilon);
+  CHECK(a.optimizer.epsilon_style == b.optimizer.epsilon_style);
   CHECK(a.optimizer.momentum == b.optimizer.momentum);
   CHECK(a.optimizer.nesterov == b.optimizer.nesterov);
   CHECK(a.optimizer.weight_decay == b.optimizer.weight_decay);
@@ -523,6 +526,9 @@ TEST_CASE("the minimal config is valid and gets the documented defaults", "[conf
   CHECK(e.data.dataset == "mnist");
   CHECK(e.data.dir == "data/mnist");
   CHECK(e.data.train_images.empty());
+  CHECK(e.data.validation_size == 0);
+  CHECK(e.data.random_shift == 0);
+  CHECK(e.optimizer.epsilon_style == AdamEpsilon::pytorch);
   CHECK(e.model.input_c == 1);
   CHECK(e.model.input_h == 28);
   CHECK(e.model.input_w == 28);
@@ -771,4 +777,24 @@ TEST_CASE("values with raw bytes are quoted with escapes in messages", "[config]
   CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");       // a UTF-16 surrogate is not UTF-8
   CHECK(printable("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");  // U+1F600 is
   CHECK(printable("\xe2\x82") == "\\xe2\\x82");                // cut short
+}
+
+TEST_CASE("data.validation_size, data.random_shift and optimizer.epsilon_style", "[config]") {
+  const Experiment e = parse_experiment(
+      kMinimal, "minimal.yaml",
+      {"data.validation_size=5000", "data.random_shift=2", "optimizer.epsilon_style=tensorflow"});
+  CHECK(e.data.validation_size == 5000);
+  CHECK(e.data.random_shift == 2);
+  CHECK(e.optimizer.epsilon_style == AdamEpsilon::tensorflow);
+  const Experiment back = parse_experiment(to_yaml(e), "resolved.yaml");
+  require_same(e, back);
+
+  CHECK_THAT(config_error(kMinimal, {"data.random_shift=9"}),
+             Contains("data.random_shift") && Contains("9"));
+  CHECK_THAT(config_error(kMinimal, {"data.validation_size=-1"}),
+             Contains("data.validation_size") && Contains("-1"));
+  CHECK_THAT(config_error(kMinimal, {"optimizer.epsilon_style=keras"}),
+             Contains("optimizer.epsilon_style") && Contains("keras"));
+  CHECK_THAT(config_error(kMinimal, {"optimizer.type=sgd", "optimizer.epsilon_style=tensorflow"}),
+             Contains("'epsilon_style' is not allowed with type sgd"));
 }
