@@ -22,9 +22,6 @@
 
 namespace mnist {
 
-struct Experiment;
-struct Dataset;
-
 // What the environment says about how this process was started.
 struct LaunchInfo {
   std::string launcher;  // empty: not under a launcher; else e.g. "mpirun (OMPI_COMM_WORLD_SIZE=2)"
@@ -94,14 +91,6 @@ class ProcessGroup {
 // and devices each rank uses. Throws ConfigError on every rank alike when the counts differ.
 std::vector<std::string> agree_on_layout(ProcessGroup& group, int local_workers,
                                          const std::string& devices);
-
-// Collective, after every rank has loaded its config and data: each rank reads its own files, so
-// a node with another config file, other --set overrides or other data would silently train a
-// different model and the replicas' updates would no longer agree. Compares a hash of the resolved
-// experiment (without devices, output and data paths, which may differ per node) and of the
-// dataset's pixels and labels; throws ConfigError (experiment) or DataError (data) on every rank
-// alike, naming the ranks that differ from rank 0.
-void check_same_run(ProcessGroup& group, const Experiment& experiment, const Dataset& data);
 
 namespace detail {
 // Size 1, rank 0, no MPI call; what create() returns when not launched.

@@ -19,6 +19,7 @@
 #include "build_info.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/fnv1a.hpp"
 #include "core/json.hpp"
 #include "core/printable.hpp"
 
@@ -349,7 +350,7 @@ Header read_header(const std::string& path) {
   if (optimizer != "adam" && optimizer != "sgd")
     MNIST_THROW(DataError, "'{}': metadata optimizer is \"{}\", expected \"adam\" or \"sgd\"", path,
                 optimizer);
-  const std::string expected_hash = fmt::format("{:016x}", fnv1a64(ckpt.metadata[kMetaMathConfig]));
+  const std::string expected_hash = fmt::format("{:016x}", fnv1a(ckpt.metadata[kMetaMathConfig]));
   if (ckpt.metadata[kMetaConfigHash] != expected_hash)
     MNIST_THROW(DataError,
                 "'{}': metadata config_hash \"{}\" does not match its own math_config (whose hash "
@@ -602,17 +603,8 @@ std::string math_config_text(const Experiment& e) {
   return out;
 }
 
-uint64_t fnv1a64(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV offset basis
-  for (const char c : text) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;  // FNV prime
-  }
-  return h;
-}
-
 std::string math_config_hash(const Experiment& experiment) {
-  return fmt::format("{:016x}", fnv1a64(math_config_text(experiment)));
+  return fmt::format("{:016x}", fnv1a(math_config_text(experiment)));
 }
 
 std::vector<std::string> math_config_differences(const Experiment& experiment,

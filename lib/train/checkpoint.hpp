@@ -106,7 +106,6 @@ CheckpointState read_checkpoint_metadata(const std::string& path);
 std::string math_config_text(const Experiment& experiment);
 // 64-bit FNV-1a of math_config_text, as 16 lowercase hex digits.
 std::string math_config_hash(const Experiment& experiment);
-uint64_t fnv1a64(const std::string& text);
 // Differences between `experiment` and a saved math_config_text, one readable line per key:
 // "optimizer.lr: checkpoint 0.001, config 0.002" ("(absent)" for a key only one side has).
 // Empty when they agree.

@@ -9,6 +9,7 @@
 #include "data/dataset.hpp"
 #include "train/checkpoint.hpp"
 #include "train/communicators.hpp"
+#include "train/run_agreement.hpp"
 #include "train/run_log.hpp"
 #include "train/tensorboard.hpp"
 
