@@ -8,13 +8,14 @@
 #   MNIST_TEST_JOBS="build tests"   only these jobs (setup and format always run)
 #
 # Jobs: build (-Werror), gpu-build (the GPU check's binaries, when nvcc is present), data, tests
-# (ctest, every label), tsan (engine, communicator, checkpoint and lifecycle tests under
-# ThreadSanitizer), asan (the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer).
+# (ctest, every label), emulated (the CUDA code on the CPU emulation of CUDA: build-emu/, label
+# emulated), tsan (engine, communicator, checkpoint and lifecycle tests under ThreadSanitizer), asan
+# (the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 build="${BUILD_DIR:-$root/build}"
-jobs_wanted="${MNIST_TEST_JOBS:-build gpu-build data tests tsan asan}"
+jobs_wanted="${MNIST_TEST_JOBS:-build gpu-build data tests emulated tsan asan}"
 # Two OpenMP threads per process: CTest runs test processes one at a time, and more threads than
 # cores only slow a loaded CI machine down.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
@@ -61,6 +62,15 @@ sanitizer_build() {
     -DMNIST_WERROR=ON -DMNIST_CUDA=OFF -DMNIST_MPI=OFF --target "$@"
 }
 
+# The CUDA code on the CPU emulation of CUDA (lib/backend/cuda/emulation): the emulated build in
+# build-emu/ (ccache, when CMAKE_CXX_COMPILER_LAUNCHER=ccache, reuses the objects the two builds
+# share) and its tests, label `emulated`.
+emulated_job() {
+  local dir="${EMU_BUILD_DIR:-$root/build-emu}"
+  BUILD_DIR="$dir" scripts/build.sh -DMNIST_CUDA_EMULATION=ON
+  (cd "$dir" && ctest --output-on-failure --timeout 1200 -L emulated)
+}
+
 tsan_job() {
   local dir="$root/build-tsan"
   sanitizer_build "$dir" thread unit_tests integration_tests mnist-train
@@ -89,6 +99,7 @@ job build scripts/build.sh -DMNIST_WERROR=ON
 if has_nvcc; then job gpu-build scripts/build_gpu.sh; fi
 job data fetch_test_data
 job tests run_tests "$@"
+job emulated emulated_job
 job tsan tsan_job
 job asan asan_job
 

@@ -22,9 +22,7 @@ struct BufferList {
 };
 
 __global__ void chunk_sum_kernel(BufferList buffers, std::size_t begin, std::size_t end) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = begin + blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-       i < end; i += stride) {
+  for (const std::size_t i : cuda::grid_stride(begin, end)) {
     float sum = buffers.ptr[0][i];
     for (int q = 1; q < buffers.workers; ++q) sum += buffers.ptr[q][i];
     for (int q = 0; q < buffers.workers; ++q) buffers.ptr[q][i] = sum;
@@ -106,7 +104,8 @@ void DeviceCommunicator::all_reduce_sum(int local_rank, Backend& backend, float*
   const std::size_t begin = count * local_rank / workers_;
   const std::size_t end = count * (local_rank + 1) / workers_;
   if (end > begin) {
-    chunk_sum_kernel<<<cuda::grid_for(end - begin), cuda::kThreads, 0, stream>>>(list, begin, end);
+    MNIST_LAUNCH(chunk_sum_kernel, cuda::grid_for(end - begin), cuda::kThreads, 0, stream)
+    (list, begin, end);
     MNIST_CUDA_LAUNCH_CHECK(stream, "chunk_sum_kernel");
   }
   MNIST_CUDA_CHECK(cudaEventRecord(ev.done[local_rank], stream));

@@ -41,7 +41,7 @@ __global__ void batch_norm_finalize_kernel(int c, double count, const float* sum
                                            float* mean, float* invstd, float* running_mean,
                                            float* running_var) {
   // The arithmetic is the CPU twin's (backend/batch_norm_rule.hpp), bit for bit.
-  for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < c; ch += gridDim.x * blockDim.x)
+  for (const std::size_t ch : grid_stride(c))
     batch_norm_finalize_channel(count, static_cast<double>(sum[ch]), static_cast<double>(sumsq[ch]),
                                 epsilon, decay, mean[ch], invstd[ch], running_mean[ch],
                                 running_var[ch]);
@@ -50,7 +50,7 @@ __global__ void batch_norm_finalize_kernel(int c, double count, const float* sum
 __global__ void batch_norm_inference_params_kernel(int c, const float* running_mean,
                                                    const float* running_var, float epsilon,
                                                    float* mean, float* invstd) {
-  for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < c; ch += gridDim.x * blockDim.x) {
+  for (const std::size_t ch : grid_stride(c)) {
     mean[ch] = running_mean[ch];
     invstd[ch] =
         static_cast<float>(batch_norm_invstd(static_cast<double>(running_var[ch]), epsilon));
@@ -61,8 +61,7 @@ __global__ void batch_norm_apply_kernel(ChannelGeom g, const float* x, const flo
                                         const float* invstd, const float* gamma, const float* beta,
                                         float* y) {
   const std::size_t total = values_per_channel(g) * g.c;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(total)) {
     const int ch = static_cast<int>((i / g.hw) % g.c);
     const float scale = gamma ? gamma[ch] : 1.0f;
     const float shift = beta ? beta[ch] : 0.0f;
@@ -76,8 +75,7 @@ __global__ void batch_norm_backward_apply_kernel(ChannelGeom g, const float* dy,
                                                  const float* sum_dy_xhat, float inv_count,
                                                  float* dx) {
   const std::size_t total = values_per_channel(g) * g.c;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(total)) {
     const int ch = static_cast<int>((i / g.hw) % g.c);
     const float xhat = (x[i] - mean[ch]) * invstd[ch];
     const float scale = gamma ? gamma[ch] : 1.0f;
@@ -97,8 +95,8 @@ void batch_norm_finalize(cudaStream_t stream, int c, double count, const float* 
                          const float* sumsq, float epsilon, float decay, float* mean, float* invstd,
                          float* running_mean, float* running_var) {
   if (c <= 0) return;
-  batch_norm_finalize_kernel<<<ceil_div(c, kThreads), kThreads, 0, stream>>>(
-      c, count, sum, sumsq, epsilon, decay, mean, invstd, running_mean, running_var);
+  MNIST_LAUNCH(batch_norm_finalize_kernel, ceil_div(c, kThreads), kThreads, 0, stream)
+  (c, count, sum, sumsq, epsilon, decay, mean, invstd, running_mean, running_var);
   MNIST_CUDA_LAUNCH_CHECK(stream, "batch_norm_finalize_kernel");
 }
 
@@ -106,15 +104,15 @@ void batch_norm_inference_params(cudaStream_t stream, int c, const float* runnin
                                  const float* running_var, float epsilon, float* mean,
                                  float* invstd) {
   if (c <= 0) return;
-  batch_norm_inference_params_kernel<<<ceil_div(c, kThreads), kThreads, 0, stream>>>(
-      c, running_mean, running_var, epsilon, mean, invstd);
+  MNIST_LAUNCH(batch_norm_inference_params_kernel, ceil_div(c, kThreads), kThreads, 0, stream)
+  (c, running_mean, running_var, epsilon, mean, invstd);
   MNIST_CUDA_LAUNCH_CHECK(stream, "batch_norm_inference_params_kernel");
 }
 
 void batch_norm_apply(cudaStream_t stream, const ChannelGeom& g, const float* x, const float* mean,
                       const float* invstd, const float* gamma, const float* beta, float* y) {
-  batch_norm_apply_kernel<<<grid_for(g.count() * g.c), kThreads, 0, stream>>>(g, x, mean, invstd,
-                                                                              gamma, beta, y);
+  MNIST_LAUNCH(batch_norm_apply_kernel, grid_for(g.count() * g.c), kThreads, 0, stream)
+  (g, x, mean, invstd, gamma, beta, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "batch_norm_apply_kernel");
 }
 
@@ -130,8 +128,8 @@ void batch_norm_backward_apply(cudaStream_t stream, const ChannelGeom& g, const 
                                const float* gamma, const float* sum_dy, const float* sum_dy_xhat,
                                double count, float* dx) {
   const float inv_count = count > 0 ? static_cast<float>(1.0 / count) : 0.0f;
-  batch_norm_backward_apply_kernel<<<grid_for(g.count() * g.c), kThreads, 0, stream>>>(
-      g, dy, x, mean, invstd, gamma, sum_dy, sum_dy_xhat, inv_count, dx);
+  MNIST_LAUNCH(batch_norm_backward_apply_kernel, grid_for(g.count() * g.c), kThreads, 0, stream)
+  (g, dy, x, mean, invstd, gamma, sum_dy, sum_dy_xhat, inv_count, dx);
   MNIST_CUDA_LAUNCH_CHECK(stream, "batch_norm_backward_apply_kernel");
 }
 

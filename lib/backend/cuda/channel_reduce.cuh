@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
 template <class Store>
 __global__ void channel_reduce_final_kernel(int c, int chunks, const double2* partial,
                                             Store store) {
-  for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < c; ch += gridDim.x * blockDim.x) {
+  for (const std::size_t ch : grid_stride(c)) {
     double a = 0.0, b = 0.0;
     for (int i = 0; i < chunks; ++i) {
       a += partial[static_cast<std::size_t>(ch) * chunks + i].x;
@@ -76,12 +76,12 @@ void channel_reduce(cudaStream_t stream, const ChannelGeom& g, const ReduceScrat
   const std::size_t per_chunk = static_cast<std::size_t>(kThreads) * 8;
   std::size_t chunks = (g.count() + per_chunk - 1) / per_chunk;
   chunks = std::clamp<std::size_t>(chunks, 1, std::min<std::size_t>(64, scratch.capacity / g.c));
-  channel_reduce_partial_kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(g.c)),
-                                  kThreads, 0, stream>>>(g, static_cast<int>(chunks), f,
-                                                         scratch.partial);
+  MNIST_LAUNCH(channel_reduce_partial_kernel,
+               dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(g.c)), kThreads, 0, stream)
+  (g, static_cast<int>(chunks), f, scratch.partial);
   MNIST_CUDA_LAUNCH_CHECK(stream, what);
-  channel_reduce_final_kernel<<<ceil_div(g.c, kThreads), kThreads, 0, stream>>>(
-      g.c, static_cast<int>(chunks), scratch.partial, store);
+  MNIST_LAUNCH(channel_reduce_final_kernel, ceil_div(g.c, kThreads), kThreads, 0, stream)
+  (g.c, static_cast<int>(chunks), scratch.partial, store);
   MNIST_CUDA_LAUNCH_CHECK(stream, what);
 }
 

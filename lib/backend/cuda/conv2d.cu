@@ -102,8 +102,7 @@ __global__ void __launch_bounds__(kGemmThreads)
 
 __global__ void conv2d_backward_weights_reduce_kernel(std::size_t size, int splits,
                                                       const float* partial, float* dweight) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < size;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(size)) {
     float sum = 0.0f;
     for (int s = 0; s < splits; ++s) sum += partial[s * size + i];
     dweight[i] = sum;
@@ -131,16 +130,18 @@ std::size_t conv2d_workspace_floats(const Conv2dGeom& g) {
 void conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x, const float* weight,
                     const float* bias, float* y) {
   if (g.n == 0 || g.k == 0) return;
-  conv2d_forward_kernel<<<gemm_grid(g.k, g.n * g.out_h * g.out_w), kGemmThreads, 0, stream>>>(
-      g, x, weight, bias, y);
+  MNIST_LAUNCH(conv2d_forward_kernel, gemm_grid(g.k, g.n * g.out_h * g.out_w), kGemmThreads, 0,
+               stream)
+  (g, x, weight, bias, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "conv2d_forward_kernel");
 }
 
 void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
                           const float* weight, float* dx) {
   if (g.n == 0 || g.c == 0) return;
-  conv2d_backward_data_kernel<<<gemm_grid(g.c, g.n * g.h * g.w), kGemmThreads, 0, stream>>>(
-      g, dy, weight, dx);
+  MNIST_LAUNCH(conv2d_backward_data_kernel, gemm_grid(g.c, g.n * g.h * g.w), kGemmThreads, 0,
+               stream)
+  (g, dy, weight, dx);
   MNIST_CUDA_LAUNCH_CHECK(stream, "conv2d_backward_data_kernel");
 }
 
@@ -154,11 +155,12 @@ void conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const flo
     const int reduction = g.n * g.out_h * g.out_w;
     // Whole K tiles per split, so splits never share a tile of the reduction.
     const int split_len = ceil_div(ceil_div(reduction, splits), kTileK) * kTileK;
-    conv2d_backward_weights_kernel<<<gemm_grid(g.k, patch, splits), kGemmThreads, 0, stream>>>(
-        g, x, dy, split_len, workspace);
+    MNIST_LAUNCH(conv2d_backward_weights_kernel, gemm_grid(g.k, patch, splits), kGemmThreads, 0,
+                 stream)
+    (g, x, dy, split_len, workspace);
     MNIST_CUDA_LAUNCH_CHECK(stream, "conv2d_backward_weights_kernel");
-    conv2d_backward_weights_reduce_kernel<<<grid_for(size), kThreads, 0, stream>>>(
-        size, splits, workspace, dweight);
+    MNIST_LAUNCH(conv2d_backward_weights_reduce_kernel, grid_for(size), kThreads, 0, stream)
+    (size, splits, workspace, dweight);
     MNIST_CUDA_LAUNCH_CHECK(stream, "conv2d_backward_weights_reduce_kernel");
   }
   if (dbias) {

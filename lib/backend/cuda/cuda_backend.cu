@@ -212,7 +212,7 @@ class CudaBackend final : public Backend {
 #endif
     return std::max<std::size_t>(floats, 1);
   }
-  Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) override {
+  Conv2dAlgorithms conv2d_algorithms([[maybe_unused]] const Conv2dGeom& g) override {
     activate();
 #if MNIST_HAVE_CUDNN
     if (engine_ == Engine::cudnn) return cudnn_->algorithms(g);

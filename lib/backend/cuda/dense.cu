@@ -58,16 +58,16 @@ struct StoreSum {
 void dense_forward(cudaStream_t stream, int n, int in, int out, const float* x, const float* weight,
                    const float* bias, float* y) {
   if (n == 0 || out == 0) return;
-  dense_forward_kernel<<<gemm_grid(n, out), kGemmThreads, 0, stream>>>(n, in, out, x, weight, bias,
-                                                                       y);
+  MNIST_LAUNCH(dense_forward_kernel, gemm_grid(n, out), kGemmThreads, 0, stream)
+  (n, in, out, x, weight, bias, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dense_forward_kernel");
 }
 
 void dense_backward_data(cudaStream_t stream, int n, int in, int out, const float* dy,
                          const float* weight, float* dx) {
   if (n == 0 || in == 0) return;
-  dense_backward_data_kernel<<<gemm_grid(n, in), kGemmThreads, 0, stream>>>(n, in, out, dy, weight,
-                                                                            dx);
+  MNIST_LAUNCH(dense_backward_data_kernel, gemm_grid(n, in), kGemmThreads, 0, stream)
+  (n, in, out, dy, weight, dx);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dense_backward_data_kernel");
 }
 
@@ -75,8 +75,8 @@ void dense_backward_weights(cudaStream_t stream, int n, int in, int out, const f
                             const float* dy, float* dweight, float* dbias,
                             const ReduceScratch& scratch) {
   if (out > 0 && in > 0) {
-    dense_backward_weights_kernel<<<gemm_grid(out, in), kGemmThreads, 0, stream>>>(n, in, out, x,
-                                                                                   dy, dweight);
+    MNIST_LAUNCH(dense_backward_weights_kernel, gemm_grid(out, in), kGemmThreads, 0, stream)
+    (n, in, out, x, dy, dweight);
     MNIST_CUDA_LAUNCH_CHECK(stream, "dense_backward_weights_kernel");
   }
   if (dbias) dense_backward_bias(stream, n, out, dy, dbias, scratch);

@@ -17,8 +17,7 @@ __device__ __forceinline__ void apply_mask(int n, int per_sample, float rate, fl
                                            RngKey key, uint32_t step, uint32_t first_sample,
                                            const float* in, float* out) {
   const std::size_t total = static_cast<std::size_t>(n) * per_sample;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(total)) {
     const uint32_t row = static_cast<uint32_t>(i / per_sample);
     const uint32_t element = static_cast<uint32_t>(i % per_sample);
     out[i] = dropout_keeps(key, step, first_sample + row, element, rate) ? in[i] * scale : 0.0f;
@@ -47,16 +46,16 @@ float keep_scale(float rate) {
 void dropout_forward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
                      uint32_t step, uint32_t first_sample, const float* x, float* y) {
   const std::size_t total = static_cast<std::size_t>(n) * per_sample;
-  dropout_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(
-      n, per_sample, rate, keep_scale(rate), key, step, first_sample, x, y);
+  MNIST_LAUNCH(dropout_forward_kernel, grid_for(total), kThreads, 0, stream)
+  (n, per_sample, rate, keep_scale(rate), key, step, first_sample, x, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dropout_forward_kernel");
 }
 
 void dropout_backward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
                       uint32_t step, uint32_t first_sample, const float* dy, float* dx) {
   const std::size_t total = static_cast<std::size_t>(n) * per_sample;
-  dropout_backward_kernel<<<grid_for(total), kThreads, 0, stream>>>(
-      n, per_sample, rate, keep_scale(rate), key, step, first_sample, dy, dx);
+  MNIST_LAUNCH(dropout_backward_kernel, grid_for(total), kThreads, 0, stream)
+  (n, per_sample, rate, keep_scale(rate), key, step, first_sample, dy, dx);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dropout_backward_kernel");
 }
 

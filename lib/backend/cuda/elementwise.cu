@@ -8,60 +8,55 @@
 namespace mnist::cuda {
 namespace {
 
-#define MNIST_GRID_STRIDE(i, n)                                                                  \
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-
 __global__ void fill_forward_kernel(float* dst, std::size_t n, float value) {
-  MNIST_GRID_STRIDE(i, n) dst[i] = value;
+  for (const std::size_t i : grid_stride(n)) dst[i] = value;
 }
 
 __global__ void scale_forward_kernel(std::size_t n, float alpha, float* x) {
-  MNIST_GRID_STRIDE(i, n) x[i] *= alpha;
+  for (const std::size_t i : grid_stride(n)) x[i] *= alpha;
 }
 
 __global__ void add_forward_kernel(std::size_t n, const float* x, float* y) {
-  MNIST_GRID_STRIDE(i, n) y[i] += x[i];
+  for (const std::size_t i : grid_stride(n)) y[i] += x[i];
 }
 
 __global__ void all_finite_forward_kernel(std::size_t n, const float* x, int* flag) {
-  MNIST_GRID_STRIDE(i, n) {
+  for (const std::size_t i : grid_stride(n)) {
     if (!isfinite(x[i])) *flag = 0;
   }
 }
 
 __global__ void broadcast_rows_forward_kernel(std::size_t total, int out, const float* bias,
                                               float* y) {
-  MNIST_GRID_STRIDE(i, total) y[i] = bias[i % out];
+  for (const std::size_t i : grid_stride(total)) y[i] = bias[i % out];
 }
-
-#undef MNIST_GRID_STRIDE
 
 }  // namespace
 
 void fill(cudaStream_t stream, float* dst, std::size_t n, float value) {
-  fill_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, n, value);
+  MNIST_LAUNCH(fill_forward_kernel, grid_for(n), kThreads, 0, stream)(dst, n, value);
   MNIST_CUDA_LAUNCH_CHECK(stream, "fill_forward_kernel");
 }
 
 void scale(cudaStream_t stream, std::size_t n, float alpha, float* x) {
-  scale_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(n, alpha, x);
+  MNIST_LAUNCH(scale_forward_kernel, grid_for(n), kThreads, 0, stream)(n, alpha, x);
   MNIST_CUDA_LAUNCH_CHECK(stream, "scale_forward_kernel");
 }
 
 void add(cudaStream_t stream, std::size_t n, const float* x, float* y) {
-  add_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(n, x, y);
+  MNIST_LAUNCH(add_forward_kernel, grid_for(n), kThreads, 0, stream)(n, x, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "add_forward_kernel");
 }
 
 void all_finite(cudaStream_t stream, std::size_t n, const float* x, int* all_finite_flag) {
-  all_finite_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(n, x, all_finite_flag);
+  MNIST_LAUNCH(all_finite_forward_kernel, grid_for(n), kThreads, 0, stream)(n, x, all_finite_flag);
   MNIST_CUDA_LAUNCH_CHECK(stream, "all_finite_forward_kernel");
 }
 
 void broadcast_rows(cudaStream_t stream, int n, int out, const float* bias, float* y) {
   const std::size_t total = static_cast<std::size_t>(n) * out;
-  broadcast_rows_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(total, out, bias, y);
+  MNIST_LAUNCH(broadcast_rows_forward_kernel, grid_for(total), kThreads, 0, stream)
+  (total, out, bias, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "broadcast_rows_forward_kernel");
 }
 

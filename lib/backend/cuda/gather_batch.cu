@@ -13,8 +13,7 @@ __global__ void gather_batch_forward_kernel(const uint8_t* images, const uint8_t
                                             int pixels, const int32_t* indices, int n, float* x,
                                             int32_t* y) {
   const std::size_t total = static_cast<std::size_t>(n) * pixels;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(total)) {
     const std::size_t row = i / pixels, p = i % pixels;
     const std::size_t image = static_cast<std::size_t>(indices[row]);
     x[i] = static_cast<float>(images[image * pixels + p]) / 255.0f;
@@ -27,8 +26,8 @@ __global__ void gather_batch_forward_kernel(const uint8_t* images, const uint8_t
 void gather_batch(cudaStream_t stream, const uint8_t* images, const uint8_t* labels, int pixels,
                   const int32_t* indices, int n, float* x, int32_t* y) {
   const std::size_t total = static_cast<std::size_t>(n) * pixels;
-  gather_batch_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(images, labels, pixels,
-                                                                        indices, n, x, y);
+  MNIST_LAUNCH(gather_batch_forward_kernel, grid_for(total), kThreads, 0, stream)
+  (images, labels, pixels, indices, n, x, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "gather_batch_forward_kernel");
 }
 

@@ -1,10 +1,28 @@
 #pragma once
-// Launch-shape helpers shared by the kernel files (CUDA translation units only).
+// Launch-shape helpers shared by the kernel files (CUDA translation units only), and the one way
+// every .cu file launches a kernel:
+//
+//   MNIST_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...);
+//
+// Under nvcc this is kernel<<<grid, block, shared_bytes, stream>>>(args...). In the emulated build
+// (MNIST_CUDA_EMULATION, see emulation/README.md) the same source compiles as plain C++ and the
+// launch runs on the CPU, every CUDA thread a fiber; the kernel's name and the launch's file and
+// line go with it, so an error the emulator detects names the launch that caused it.
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+
+#if defined(MNIST_CUDA_EMULATION)
+#define MNIST_LAUNCH(kernel, grid, block, shared_bytes, stream)                                  \
+  ::mnist::cuda::emulation::make_launch(                                                         \
+      [](const auto&... mnist_launch_args) { kernel(mnist_launch_args...); }, #kernel, __FILE__, \
+      __LINE__, (grid), (block), (shared_bytes), (stream))
+#else
+#define MNIST_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+  kernel<<<(grid), (block), (shared_bytes), (stream)>>>
+#endif
 
 namespace mnist::cuda {
 
@@ -21,6 +39,44 @@ inline unsigned grid_for(std::size_t n) {
 
 inline int ceil_div(int a, int b) {
   return (a + b - 1) / b;
+}
+
+// The grid-stride loop: `for (const std::size_t i : grid_stride(begin, end))` visits, in this
+// thread, i = begin + (global thread index) and then every (total threads in the grid) after it,
+// while i < end. With grid_for(end - begin) blocks each thread takes one i or a few; the loop is
+// correct for any grid. Indices are std::size_t: buffers may exceed 2^31 elements.
+class GridStride {
+ public:
+  class Iterator {
+   public:
+    __device__ Iterator(std::size_t i, std::size_t step) : i_(i), step_(step) {}
+    __device__ std::size_t operator*() const { return i_; }
+    __device__ Iterator& operator++() {
+      i_ += step_;
+      return *this;
+    }
+    // "Not yet past the end": the last step may jump beyond `end`, never onto it exactly.
+    __device__ bool operator!=(const Iterator& end) const { return i_ < end.i_; }
+
+   private:
+    std::size_t i_, step_;
+  };
+  __device__ GridStride(std::size_t begin, std::size_t end)
+      : first_(begin + blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x),
+        end_(end),
+        step_(static_cast<std::size_t>(gridDim.x) * blockDim.x) {}
+  __device__ Iterator begin() const { return Iterator(first_, step_); }
+  __device__ Iterator end() const { return Iterator(end_, step_); }
+
+ private:
+  std::size_t first_, end_, step_;
+};
+
+__device__ __forceinline__ GridStride grid_stride(std::size_t begin, std::size_t end) {
+  return GridStride(begin, end);
+}
+__device__ __forceinline__ GridStride grid_stride(std::size_t n) {
+  return GridStride(0, n);
 }
 
 // Sum of a double over a block of kThreads threads; the result is valid in thread 0 only.

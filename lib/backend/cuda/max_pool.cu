@@ -15,8 +15,7 @@ namespace {
 
 __global__ void max_pool_forward_kernel(PoolGeom g, const float* x, float* y, int32_t* argmax) {
   const std::size_t total = static_cast<std::size_t>(g.n) * g.c * g.out_h * g.out_w;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(total)) {
     const int ox = static_cast<int>(i % g.out_w), oy = static_cast<int>((i / g.out_w) % g.out_h);
     const std::size_t plane = i / (static_cast<std::size_t>(g.out_w) * g.out_h);  // n * c + ch
     const float* src = x + plane * g.h * g.w;
@@ -46,8 +45,7 @@ __global__ void max_pool_forward_kernel(PoolGeom g, const float* x, float* y, in
 __global__ void max_pool_backward_kernel(PoolGeom g, const float* dy, const int32_t* argmax,
                                          float* dx) {
   const std::size_t total = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(total)) {
     const int ix = static_cast<int>(i % g.w), iy = static_cast<int>((i / g.w) % g.h);
     const std::size_t plane = i / (static_cast<std::size_t>(g.w) * g.h);
     const std::size_t out_base = plane * g.out_h * g.out_w;
@@ -73,14 +71,14 @@ __global__ void max_pool_backward_kernel(PoolGeom g, const float* dy, const int3
 void max_pool_forward(cudaStream_t stream, const PoolGeom& g, const float* x, float* y,
                       int32_t* argmax) {
   const std::size_t total = static_cast<std::size_t>(g.n) * g.c * g.out_h * g.out_w;
-  max_pool_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(g, x, y, argmax);
+  MNIST_LAUNCH(max_pool_forward_kernel, grid_for(total), kThreads, 0, stream)(g, x, y, argmax);
   MNIST_CUDA_LAUNCH_CHECK(stream, "max_pool_forward_kernel");
 }
 
 void max_pool_backward(cudaStream_t stream, const PoolGeom& g, const float* dy,
                        const int32_t* argmax, float* dx) {
   const std::size_t total = static_cast<std::size_t>(g.n) * g.c * g.h * g.w;
-  max_pool_backward_kernel<<<grid_for(total), kThreads, 0, stream>>>(g, dy, argmax, dx);
+  MNIST_LAUNCH(max_pool_backward_kernel, grid_for(total), kThreads, 0, stream)(g, dy, argmax, dx);
   MNIST_CUDA_LAUNCH_CHECK(stream, "max_pool_backward_kernel");
 }
 

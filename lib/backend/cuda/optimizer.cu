@@ -17,8 +17,7 @@ __global__ void adam_update_kernel(std::size_t n, std::size_t n_decay, float lr,
                                    float beta2, float epsilon, DecayRule<float> decay, float c1,
                                    float c2, float* params, const float* grads, float* m,
                                    float* v) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(n)) {
     float p = params[i], mi = m[i], vi = v[i];
     adam_element(i < n_decay, decay, lr, beta1, beta2, epsilon, c1, c2, p, grads[i], mi, vi);
     params[i] = p;
@@ -30,8 +29,7 @@ __global__ void adam_update_kernel(std::size_t n, std::size_t n_decay, float lr,
 __global__ void sgd_update_kernel(std::size_t n, std::size_t n_decay, float lr, float momentum,
                                   bool nesterov, DecayRule<float> decay, float* params,
                                   const float* grads, float* velocity) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+  for (const std::size_t i : grid_stride(n)) {
     float p = params[i], vel = velocity[i];
     sgd_element(i < n_decay, decay, lr, momentum, nesterov, p, grads[i], vel);
     params[i] = p;
@@ -43,17 +41,17 @@ __global__ void sgd_update_kernel(std::size_t n, std::size_t n_decay, float lr, 
 
 void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
                  float* params, const float* grads, float* m, float* v) {
-  adam_update_kernel<<<grid_for(n), kThreads, 0, stream>>>(
-      n, n_decay, s.lr, s.beta1, s.beta2, s.epsilon, decay_rule<float>(s),
-      static_cast<float>(adam_bias_correction(s.beta1, s.step)),
-      static_cast<float>(adam_bias_correction(s.beta2, s.step)), params, grads, m, v);
+  MNIST_LAUNCH(adam_update_kernel, grid_for(n), kThreads, 0, stream)
+  (n, n_decay, s.lr, s.beta1, s.beta2, s.epsilon, decay_rule<float>(s),
+   static_cast<float>(adam_bias_correction(s.beta1, s.step)),
+   static_cast<float>(adam_bias_correction(s.beta2, s.step)), params, grads, m, v);
   MNIST_CUDA_LAUNCH_CHECK(stream, "adam_update_kernel");
 }
 
 void sgd_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
                 float* params, const float* grads, float* velocity) {
-  sgd_update_kernel<<<grid_for(n), kThreads, 0, stream>>>(
-      n, n_decay, s.lr, s.momentum, s.nesterov, decay_rule<float>(s), params, grads, velocity);
+  MNIST_LAUNCH(sgd_update_kernel, grid_for(n), kThreads, 0, stream)
+  (n, n_decay, s.lr, s.momentum, s.nesterov, decay_rule<float>(s), params, grads, velocity);
   MNIST_CUDA_LAUNCH_CHECK(stream, "sgd_update_kernel");
 }
 

@@ -81,8 +81,8 @@ void softmax_cross_entropy(cudaStream_t stream, int n, int k, const float* logit
                            float* metrics) {
   const unsigned blocks = static_cast<unsigned>(
       std::min<std::size_t>(std::max(1, ceil_div(n, kWarps)), kMaxGridBlocks));
-  softmax_cross_entropy_forward_kernel<<<blocks, kThreads, 0, stream>>>(
-      n, k, logits, labels, grad_scale, dlogits, metrics);
+  MNIST_LAUNCH(softmax_cross_entropy_forward_kernel, blocks, kThreads, 0, stream)
+  (n, k, logits, labels, grad_scale, dlogits, metrics);
   MNIST_CUDA_LAUNCH_CHECK(stream, "softmax_cross_entropy_forward_kernel");
 }
 
