@@ -212,11 +212,15 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
   mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
   std::vector<std::string> engine_list;
-  if (devices.kind == mnist::DeviceKind::cpu) {
-    engine_list = {"native"};
-  } else if (engines.empty()) {
-    engine_list = {"native", "cublas"};
-    if (MNIST_HAVE_CUDNN) engine_list.push_back("cudnn");
+  if (engines.empty() && devices.kind == mnist::DeviceKind::cpu) {
+    engine_list = {devices.engine};  // the config's own
+  } else if (engines.empty() || engines == "all") {
+    if (devices.kind == mnist::DeviceKind::cpu) {
+      engine_list = mnist::cpu_engines();
+    } else {
+      engine_list = {"native", "cublas"};
+      if (MNIST_HAVE_CUDNN) engine_list.push_back("cudnn");
+    }
   } else {
     for (std::size_t start = 0; start <= engines.size();) {
       const std::size_t comma = std::min(engines.find(',', start), engines.size());
@@ -283,7 +287,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   bench_cmd->add_option("--steps", bench_options.steps, "timed steps")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
   bench_cmd->add_option("--engines", bench_engines,
-                        "CUDA engines to compare, e.g. native,cublas,cudnn");
+                        "engines to compare: all, or a list such as native,blas (CPU) or "
+                        "native,cublas,cudnn (CUDA; default all); CPU default: the config's");
   bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
   bool bench_allreduce = false;
   bench_cmd->add_flag("--allreduce", bench_allreduce,

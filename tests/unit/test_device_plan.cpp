@@ -86,6 +86,13 @@ TEST_CASE("CPU threads are split between workers", "[devices]") {
   const DevicePlan p = plan_devices(c, gpus({10}));  // backend cpu ignores visible GPUs
   CHECK(p.kind == DeviceKind::cpu);
   CHECK(p.threads_per_worker == 4);
+  CHECK(p.describe() == "cpu, 2 workers x 4 threads, engine native");
   c.engine = "cudnn";
-  REQUIRE_THROWS_WITH(plan_devices(c, {}), Catch::Contains("devices.engine"));
+  REQUIRE_THROWS_WITH(plan_devices(c, {}),
+                      Catch::Contains("devices.engine") && Catch::Contains("allowed: native"));
+  // The CPU engines of the build are accepted (blas only where OpenBLAS was found).
+  for (const std::string& engine : cpu_engines()) {
+    c.engine = engine;
+    CHECK(plan_devices(c, {}).engine == engine);
+  }
 }
