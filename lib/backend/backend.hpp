@@ -116,6 +116,31 @@ class Backend {
                                          const float* sum_dy, const float* sum_dy_xhat,
                                          double count, float* dx) = 0;
 
+  // ---- fused batch norm -> ReLU -> 2x2 max pool (after a convolution) --------------------------
+  // Engines that return true from fuses_conv_block() run a conv2d -> batch_norm -> relu ->
+  // max_pool (2x2, stride 2) block as one unit: the model then calls these three instead of
+  // batch_norm_apply, relu_*, max_pool_* and batch_norm_backward_*, with the same math.
+  // x: the convolution's output [n, c, h, w]; y, dy: [n, c, h/2, w/2]; mask: uint8 per pooled
+  // value (winner in its window, and whether it passed the ReLU). Others throw.
+  virtual bool fuses_conv_block(const PoolGeom& g) const {
+    (void)g;
+    return false;
+  }
+  // Assigns y = max_pool(relu(batch_norm_apply(x))) and mask.
+  virtual void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
+                                    const float* invstd, const float* gamma, const float* beta,
+                                    float* y, uint8_t* mask);
+  // batch_norm_backward_reduce of the gradient that max_pool_backward and relu_backward would
+  // hand to the batch norm. Assigns sum_dy, sum_dy_xhat.
+  virtual void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                            const float* x, const float* mean, const float* invstd,
+                                            float* sum_dy, float* sum_dy_xhat);
+  // batch_norm_backward_apply of that gradient. Assigns all of dx[n, c, h, w].
+  virtual void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                           const float* x, const float* mean, const float* invstd,
+                                           const float* gamma, const float* sum_dy,
+                                           const float* sum_dy_xhat, double count, float* dx);
+
   // ---- dense: x[n, in], weight[out, in], bias[out] or nullptr, y[n, out] -----------------------
   virtual void dense_forward(int n, int in, int out, const float* x, const float* weight,
                              const float* bias, float* y) = 0;  // assigns y

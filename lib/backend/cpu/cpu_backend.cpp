@@ -22,6 +22,7 @@
 #include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/gather_batch.hpp"
 #include "backend/cpu/max_pool.hpp"
+#include "backend/cpu/native/conv_block.hpp"
 #include "backend/cpu/native/isa.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/parallel.hpp"
@@ -146,6 +147,28 @@ class CpuBackend final : public Backend {
                                  float* dx) override {
     cpu::batch_norm_backward_apply(g, dy, x, mean, invstd, gamma, sum_dy, sum_dy_xhat, count, dx,
                                    threads_);
+  }
+
+  bool fuses_conv_block(const PoolGeom& g) const override {
+    return native_ && cpu::native::conv_block_pool_supported(g);
+  }
+  void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
+                            const float* invstd, const float* gamma, const float* beta, float* y,
+                            uint8_t* mask) override {
+    cpu::native::bn_relu_pool_forward(g, x, mean, invstd, gamma, beta, y, mask, threads_);
+  }
+  void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                    const float* x, const float* mean, const float* invstd,
+                                    float* sum_dy, float* sum_dy_xhat) override {
+    cpu::native::bn_relu_pool_backward_reduce(g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat,
+                                              threads_);
+  }
+  void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                   const float* x, const float* mean, const float* invstd,
+                                   const float* gamma, const float* sum_dy,
+                                   const float* sum_dy_xhat, double count, float* dx) override {
+    cpu::native::bn_relu_pool_backward_apply(g, dy, mask, x, mean, invstd, gamma, sum_dy,
+                                             sum_dy_xhat, count, dx, threads_);
   }
 
   void dense_forward(int n, int in, int out, const float* x, const float* weight, const float* bias,
