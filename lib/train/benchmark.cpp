@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "backend/cpu/native/isa.hpp"
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
@@ -183,12 +184,25 @@ std::string format_allreduce(const AllReduceResult& r) {
       r.algbw_gb_s, r.busbw_gb_s);
 }
 
+FmaPeak probe_cpu_fma_peak(int threads) {
+  FmaPeak p;
+  const cpu::native::Isa isa = cpu::native::chosen_isa();
+  p.isa = cpu::native::isa_name(isa);
+  p.threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  p.gflops = cpu::native::fma_peak_gflops(isa, p.threads);
+  return p;
+}
+
+double benchmark_gflops(const BenchmarkResult& r) {
+  return r.samples_per_second * 3.0 * r.flops_per_sample / 1e9;
+}
+
 std::string format_benchmark(const BenchmarkResult& r) {
   std::string out = fmt::format(
       "{}: batch {}, {} timed steps: {:.2f} ms/step, {:.0f} samples/s ({:.1f} GFLOP/s of forward+"
       "backward at 3x forward FLOPs), replica memory {:.1f} MiB\n",
-      r.device, r.batch, r.steps, r.step_ms, r.samples_per_second,
-      r.samples_per_second * 3.0 * r.flops_per_sample / 1e9, r.device_bytes / 1048576.0);
+      r.device, r.batch, r.steps, r.step_ms, r.samples_per_second, benchmark_gflops(r),
+      r.device_bytes / 1048576.0);
   double total = r.loss_ms + r.update_ms;
   for (std::size_t i = 0; i < r.layers.size(); ++i) total += r.forward_ms[i] + r.backward_ms[i];
   std::size_t width = 14;  // fused blocks have long names

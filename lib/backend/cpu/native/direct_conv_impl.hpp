@@ -385,6 +385,27 @@ void backward_weights(const Conv2dGeom& g, const T* x, const T* dy, T* dweight, 
 
 }  // namespace
 
+double fma_probe(long iterations) {
+  // 12 independent chains of vector FMAs: enough to cover the FMA latency on every x86 core of
+  // the last decade (4 cycles x 2-3 pipes), with no loads or stores in the loop.
+  using S = Simd<float>;
+  using V = S::V;
+  constexpr int kChains = 12;
+  V acc[kChains];
+  const V a = S::splat(0.999999f), b = S::splat(1e-7f);
+  for (int c = 0; c < kChains; ++c) acc[c] = S::splat(static_cast<float>(c));
+  for (long i = 0; i < iterations; ++i) {
+#pragma GCC unroll 12
+    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * a + b;
+    // Keeps the compiler from collapsing the chains (their values are observed below).
+    __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[5]), "+x"(acc[11]));
+  }
+  float sink = 0;
+  for (int c = 0; c < kChains; ++c) sink += S::sum(acc[c]);
+  __asm__ volatile("" : : "x"(sink));
+  return 2.0 * S::lanes * kChains * static_cast<double>(iterations);
+}
+
 template <class T>
 DirectConvKernels<T> direct_conv_kernels() {
   return {&workspace<T>, &forward<T>, &backward_data<T>, &backward_weights<T>};

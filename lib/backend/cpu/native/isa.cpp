@@ -1,5 +1,9 @@
 #include "backend/cpu/native/isa.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -86,6 +90,26 @@ DirectConvKernels<T> direct_conv_kernels(Isa isa) {
 
 template DirectConvKernels<float> direct_conv_kernels<float>(Isa);
 template DirectConvKernels<double> direct_conv_kernels<double>(Isa);
+
+double fma_peak_gflops(Isa isa, int threads, double seconds) {
+  double (*probe)(long) = isa == Isa::avx512 ? &avx512::fma_probe
+                          : isa == Isa::avx2 ? &avx2::fma_probe
+                                             : &portable::fma_probe;
+  probe(100000);  // wake the cores up to speed
+  // Calibrate on one thread, then run every thread for about `seconds`.
+  auto t0 = std::chrono::steady_clock::now();
+  probe(1000000);
+  const double one = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const long iterations = static_cast<long>(1000000 * seconds / std::max(one, 1e-6));
+  const int team = threads > 0 ? threads : omp_get_num_procs();
+  double flops = 0;
+  t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(team) reduction(+ : flops)
+  flops += probe(iterations);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return flops / elapsed / 1e9;
+}
 
 bool direct_conv_supports(const Conv2dGeom& g) {
   return g.stride_h == 1 && g.stride_w == 1 && g.pad_h >= 0 && g.pad_w >= 0 && g.pad_h < g.kh &&

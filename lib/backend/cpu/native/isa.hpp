@@ -26,18 +26,26 @@ Isa chosen_isa();
 template <class T>
 DirectConvKernels<T> direct_conv_kernels(Isa isa);
 
+// The FMA peak of `threads` cores (0 = all) with this instruction set's widest vectors, in
+// GFLOP/s: each thread runs independent chains of float FMAs for about `seconds`. For the
+// benchmark's "fraction of peak"; it measures what the cores deliver now (clocks, other load).
+double fma_peak_gflops(Isa isa, int threads, double seconds = 0.2);
+
 // One definition per compiled copy.
 namespace avx512 {
 template <class T>
 DirectConvKernels<T> direct_conv_kernels();
+double fma_probe(long iterations);  // FLOPs done
 }  // namespace avx512
 namespace avx2 {
 template <class T>
 DirectConvKernels<T> direct_conv_kernels();
+double fma_probe(long iterations);  // FLOPs done
 }  // namespace avx2
 namespace portable {
 template <class T>
 DirectConvKernels<T> direct_conv_kernels();
+double fma_probe(long iterations);  // FLOPs done
 }  // namespace portable
 
 }  // namespace mnist::cpu::native
