@@ -38,18 +38,23 @@ void bn_relu_pool_forward(const PoolGeom& g, const T* x, const T* mean, const T*
       for (int oy = 0; oy < g.out_h; ++oy) {
         const T* r0 = xp + static_cast<std::size_t>(2 * oy) * g.w;
         const T* r1 = r0 + g.w;
+        T* yr = yp + oy * g.out_w;
+        uint8_t* mr = mp + oy * g.out_w;
+        // Branch-free, so the compiler vectorises across the row: each pair keeps its first
+        // element on ties, and the bottom pair wins only when strictly greater, which is the
+        // row-major first-wins rule of max_pool_forward.
+#pragma omp simd
         for (int ox = 0; ox < g.out_w; ++ox) {
           const T v0 = r0[2 * ox] * a + b, v1 = r0[2 * ox + 1] * a + b;
           const T v2 = r1[2 * ox] * a + b, v3 = r1[2 * ox + 1] * a + b;
-          T best = v0;
-          uint8_t at = 0;
-          if (v1 > best) best = v1, at = 1;
-          if (v2 > best) best = v2, at = 2;
-          if (v3 > best) best = v3, at = 3;
-          const bool passed = best > T(0);
-          // ReLU keeps NaN, as relu_forward does, so divergence stays visible.
-          yp[oy * g.out_w + ox] = best < T(0) || best == T(0) ? T(0) : best;
-          mp[oy * g.out_w + ox] = static_cast<uint8_t>(at | (passed ? kPassedRelu : 0));
+          const int top_right = v1 > v0, bottom_right = v3 > v2;
+          const T top = top_right ? v1 : v0, bottom = bottom_right ? v3 : v2;
+          const int lower = bottom > top;
+          const T best = lower ? bottom : top;
+          const int at = lower * (2 + bottom_right) + (1 - lower) * top_right;
+          // ReLU keeps NaN (!(NaN <= 0)), as relu_forward does, so divergence stays visible.
+          yr[ox] = !(best <= T(0)) ? best : T(0);
+          mr[ox] = static_cast<uint8_t>(at | (best > T(0)) << 2);
         }
       }
     }
@@ -82,12 +87,13 @@ void bn_relu_pool_backward_reduce(const PoolGeom& g, const T* dy, const uint8_t*
         const T* dyp = dy + p * out_plane;
         const uint8_t* mp = mask + p * out_plane;
         for (int oy = 0; oy < g.out_h; ++oy) {
+          const T* xr = xp + static_cast<std::size_t>(2 * oy) * g.w;
+          // Branch-free (the ReLU passes about half the winners, at random): a stopped
+          // gradient adds zero.
           for (int ox = 0; ox < g.out_w; ++ox) {
             const uint8_t mk = mp[oy * g.out_w + ox];
-            if (!(mk & kPassedRelu)) continue;
-            const double d = dyp[oy * g.out_w + ox];
-            const T xv =
-                xp[static_cast<std::size_t>(2 * oy) * g.w + 2 * ox + winner_offset(mk, g.w)];
+            const double d = (mk & kPassedRelu) ? static_cast<double>(dyp[oy * g.out_w + ox]) : 0.0;
+            const double xv = xr[2 * ox + winner_offset(mk, g.w)];
             s += d;
             sx += d * (xv - m);
           }
