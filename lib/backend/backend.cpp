@@ -1,6 +1,6 @@
-// The Backend methods only some engines implement (see backend.hpp): the others refuse, naming
-// the backend, so a model that asked for a fused block where fuses_conv_block() said no fails
-// loudly instead of computing nothing.
+// Backend methods with a default: conv2d_forward_stats composes two calls; the fused block's,
+// which only some engines implement (see backend.hpp), refuse, naming the backend, so a model that
+// asked for a fused block where fuses_conv_block() said no fails loudly.
 #include "backend/backend.hpp"
 
 #include "core/error.hpp"
@@ -13,6 +13,13 @@ namespace {
               b.name(), op);
 }
 }  // namespace
+
+void Backend::conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                                   const float* bias, float* y, float* sum, float* sumsq,
+                                   float* workspace) {
+  conv2d_forward(g, x, weight, bias, y, workspace);
+  batch_norm_stats(ChannelGeom{g.n, g.k, g.out_h * g.out_w}, y, sum, sumsq);
+}
 
 void Backend::bn_relu_pool_forward(const PoolGeom&, const float*, const float*, const float*,
                                    const float*, const float*, float*, uint8_t*) {

@@ -71,6 +71,11 @@ class Backend {
   // Assigns dweight and (when not nullptr) dbias.
   virtual void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy,
                                        float* dweight, float* dbias, float* workspace) = 0;
+  // conv2d_forward, then batch_norm_stats of y (ChannelGeom{n, k, out_h*out_w}): sum[k], sumsq[k].
+  // Engines may take the sums while the output is in cache; the default makes the two calls.
+  virtual void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                                    const float* bias, float* y, float* sum, float* sumsq,
+                                    float* workspace);
   // What the next conv2d call for `g` runs in each direction, for benchmarks, logs and tests.
   // Plans `g` as a call would (so it may query the library once) but launches nothing.
   virtual Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) {

@@ -274,9 +274,6 @@ class ConvBlockLayer final : public Layer {
 
  private:
   int channels() const { return plan_.out.c; }
-  ChannelGeom channel_geom(int n) const {
-    return ChannelGeom{n, plan_.out.c, plan_.out.h * plan_.out.w};
-  }
   double group_count(const PassContext& ctx) const {
     const int n = ctx.all_reduce_sum ? ctx.global_n : ctx.n;
     return static_cast<double>(n) * plan_.out.h * plan_.out.w;
@@ -285,16 +282,18 @@ class ConvBlockLayer final : public Layer {
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     const int c = channels();
     const LayerSpec& s = bn_.spec;
-    be().conv2d_forward(conv2d_geom(plan_, ctx.n), x, param(plan_.weight), param(plan_.bias),
-                        conv_out_.data(), bind_.workspace);
+    float* sum = sums_.data();
+    float* sumsq = sums_.data() + c;
     if (ctx.training) {
-      float* sum = sums_.data();
-      float* sumsq = sums_.data() + c;
-      be().batch_norm_stats(channel_geom(ctx.n), conv_out_.data(), sum, sumsq);
+      // The statistics are taken by the convolution while its output is in cache.
+      be().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
+                                param(plan_.bias), conv_out_.data(), sum, sumsq, bind_.workspace);
       if (ctx.all_reduce_sum) ctx.all_reduce_sum(sums_.data(), sums_.size());
       be().batch_norm_finalize(c, group_count(ctx), sum, sumsq, s.epsilon, s.decay, mean_.data(),
                                invstd_.data(), state(bn_.running_mean), state(bn_.running_var));
     } else {
+      be().conv2d_forward(conv2d_geom(plan_, ctx.n), x, param(plan_.weight), param(plan_.bias),
+                          conv_out_.data(), bind_.workspace);
       be().batch_norm_inference_params(c, state(bn_.running_mean), state(bn_.running_var),
                                        s.epsilon, mean_.data(), invstd_.data());
     }

@@ -107,6 +107,21 @@ TEST_CASE("every CPU engine's convolutions agree with the double oracle on the s
       b->conv2d_backward_data(g, dyf.data(), wf.data(), dxf.data(), work.data());
       b->conv2d_backward_weights(g, xf.data(), dyf.data(), dwf.data(), dbf.data(), work.data());
       check_close(yf, y, 1e-5, 1e-5, "y");
+      // The forward that also takes the batch-norm statistics: the same y, and the sums of the
+      // double oracle's y.
+      std::vector<double> sum(g.k, 0.0), sumsq(g.k, 0.0);
+      const std::size_t plane = std::size_t(g.out_h) * g.out_w;
+      for (std::size_t i = 0; i < ys; ++i) {
+        const std::size_t k = i / plane % g.k;
+        sum[k] += y[i];
+        sumsq[k] += y[i] * y[i];
+      }
+      std::vector<float> ys2(ys, NAN), sumf(g.k, NAN), sumsqf(g.k, NAN);
+      b->conv2d_forward_stats(g, xf.data(), wf.data(), bf.data(), ys2.data(), sumf.data(),
+                              sumsqf.data(), work.data());
+      CHECK(ys2 == yf);
+      check_close(sumf, sum, 1e-4, 1e-5, "sum");
+      check_close(sumsqf, sumsq, 1e-4, 1e-5, "sumsq");
       check_close(dxf, dx, 1e-5, 1e-5, "dx");
       check_close(dwf, dw, 1e-4, 1e-5, "dweight");
       check_close(dbf, db, 1e-4, 1e-5, "dbias");

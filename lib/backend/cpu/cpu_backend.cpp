@@ -92,6 +92,13 @@ class CpuBackend final : public Backend {
     if (direct(g)) return direct_.forward(g, x, weight, bias, y, workspace, threads_);
     cpu::conv2d_forward(g, x, weight, bias, y, workspace, threads_);
   }
+  void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                            const float* bias, float* y, float* sum, float* sumsq,
+                            float* workspace) override {
+    if (direct(g))
+      return direct_.forward_stats(g, x, weight, bias, y, sum, sumsq, workspace, threads_);
+    Backend::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
+  }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
     if (direct(g)) return direct_.backward_data(g, dy, weight, dx, workspace, threads_);

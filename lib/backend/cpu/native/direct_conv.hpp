@@ -36,6 +36,10 @@ struct DirectConvKernels {
   // Assigns y = conv(x, weight) + bias.
   void (*forward)(const Conv2dGeom& g, const T* x, const T* weight, const T* bias, T* y,
                   T* workspace, int threads);
+  // The same, and assigns sum[k], sumsq[k] = the sums of y and y^2 over (n, out_h, out_w): the
+  // batch-norm statistics of the output, taken while it is in cache (double inside).
+  void (*forward_stats)(const Conv2dGeom& g, const T* x, const T* weight, const T* bias, T* y,
+                        T* sum, T* sumsq, T* workspace, int threads);
   // Assigns dx = gradient of sum(y * dy) with respect to x.
   void (*backward_data)(const Conv2dGeom& g, const T* dy, const T* weight, T* dx, T* workspace,
                         int threads);

@@ -177,7 +177,9 @@ ConvLayouts<T> layouts(const Conv2dGeom& g) {
   const int taps = g.c * g.kh * g.kw;
   const std::size_t grad_taps = round_up(taps, kGradTapBlock);
   l.head = l.fwd.weight_elems > l.bwd.weight_elems ? l.fwd.weight_elems : l.bwd.weight_elems;
-  const std::size_t fwd = l.fwd.in_elems + round_up(l.fwd.out_elems, 16);
+  // Forward: padded input, flattened output, then 2k doubles of per-channel sums (4k of T).
+  const std::size_t fwd = l.fwd.in_elems + round_up(l.fwd.out_elems, 16) +
+                          round_up(4 * static_cast<std::size_t>(g.k), 16);
   const std::size_t bwd = l.bwd.in_elems + round_up(l.bwd.out_elems, 16);
   const std::size_t grad =
       l.fwd.in_elems + round_up(static_cast<std::size_t>(kg) * l.fwd.q_blocked, 16) +
@@ -193,9 +195,12 @@ std::size_t workspace(const Conv2dGeom& g, int threads) {
   return l.head + l.slice * static_cast<std::size_t>(team_size(threads));
 }
 
+// Also assigns sum[k] and sumsq[k] over (n, out_h, out_w) of y when `sum` is not nullptr (the
+// batch-norm statistics, taken while each sample's output is still in cache; double per thread,
+// added over threads in a fixed order).
 template <class T>
-void forward(const Conv2dGeom& g, const T* x, const T* weight, const T* bias, T* y, T* ws,
-             int threads) {
+void forward_impl(const Conv2dGeom& g, const T* x, const T* weight, const T* bias, T* y, T* sum,
+                  T* sumsq, T* ws, int threads) {
   const ConvLayouts<T> l = layouts<T>(g);
   const Flat& f = l.fwd;
   const int taps = g.c * g.kh * g.kw;
@@ -210,27 +215,68 @@ void forward(const Conv2dGeom& g, const T* x, const T* weight, const T* bias, T*
       }
   const std::size_t x_stride = static_cast<std::size_t>(g.c) * g.h * g.w;
   const std::size_t ohw = static_cast<std::size_t>(g.out_h) * g.out_w;
+  int used = 1;
 #pragma omp parallel num_threads(team_size(threads))
   {
     int s0, s1;
     split(g.n, omp_get_thread_num(), omp_get_num_threads(), &s0, &s1);
     T* padded = ws + l.head + l.slice * omp_get_thread_num();
     T* flat = padded + f.in_elems;
+    double* sums = reinterpret_cast<double*>(flat + round_up(f.out_elems, 16));
+    for (int k = 0; k < 2 * g.k; ++k) sums[k] = 0;
     for (int s = s0; s < s1; ++s) {
       pad_planes(f, x + s * x_stride, g.h, g.w, g.pad_h, g.pad_w, padded);
       correlate(f, padded, wt, flat);
       T* ys = y + static_cast<std::size_t>(s) * g.k * ohw;
       for (int k = 0; k < g.k; ++k) {
         const T b = bias ? bias[k] : T(0);
+        double s1k = 0, s2k = 0;
         for (int oy = 0; oy < g.out_h; ++oy) {
           const T* src = flat + static_cast<std::size_t>(k) * f.q_blocked +
                          static_cast<std::size_t>(oy) * f.row;
           T* dst = ys + k * ohw + static_cast<std::size_t>(oy) * g.out_w;
-          for (int ox = 0; ox < g.out_w; ++ox) dst[ox] = src[ox] + b;
+          if (sum) {
+            for (int ox = 0; ox < g.out_w; ++ox) {
+              const T v = src[ox] + b;
+              dst[ox] = v;
+              s1k += v;
+              s2k += static_cast<double>(v) * v;
+            }
+          } else {
+            for (int ox = 0; ox < g.out_w; ++ox) dst[ox] = src[ox] + b;
+          }
         }
+        sums[k] += s1k;
+        sums[g.k + k] += s2k;
       }
     }
+#pragma omp single
+    used = omp_get_num_threads();
   }
+  if (!sum) return;
+  for (int k = 0; k < g.k; ++k) {
+    double s1k = 0, s2k = 0;
+    for (int th = 0; th < used; ++th) {
+      const double* sums = reinterpret_cast<const double*>(ws + l.head + l.slice * th + f.in_elems +
+                                                           round_up(f.out_elems, 16));
+      s1k += sums[k];
+      s2k += sums[g.k + k];
+    }
+    sum[k] = static_cast<T>(s1k);
+    sumsq[k] = static_cast<T>(s2k);
+  }
+}
+
+template <class T>
+void forward(const Conv2dGeom& g, const T* x, const T* weight, const T* bias, T* y, T* ws,
+             int threads) {
+  forward_impl<T>(g, x, weight, bias, y, nullptr, nullptr, ws, threads);
+}
+
+template <class T>
+void forward_stats(const Conv2dGeom& g, const T* x, const T* weight, const T* bias, T* y, T* sum,
+                   T* sumsq, T* ws, int threads) {
+  forward_impl<T>(g, x, weight, bias, y, sum, sumsq, ws, threads);
 }
 
 template <class T>
@@ -408,7 +454,7 @@ double fma_probe(long iterations) {
 
 template <class T>
 DirectConvKernels<T> direct_conv_kernels() {
-  return {&workspace<T>, &forward<T>, &backward_data<T>, &backward_weights<T>};
+  return {&workspace<T>, &forward<T>, &forward_stats<T>, &backward_data<T>, &backward_weights<T>};
 }
 
 template DirectConvKernels<float> direct_conv_kernels<float>();
