@@ -211,7 +211,7 @@ int predict_command(const std::string& checkpoint, const std::vector<std::string
 
 int bench_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::vector<std::string>& unsets, const mnist::BenchmarkOptions& options,
-                  const std::string& engines, bool json, bool allreduce) {
+                  const std::string& engines, int rounds, bool json, bool allreduce) {
   const mnist::Experiment experiment = mnist::load_experiment(config_path, overrides, unsets);
   const mnist::Model model = mnist::Model::build(experiment.model);
   if (allreduce) {
@@ -228,11 +228,15 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
   mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
   std::vector<std::string> engine_list;
-  if (devices.kind == mnist::DeviceKind::cpu) {
-    engine_list = {"native"};
-  } else if (engines.empty()) {
-    engine_list = {"native", "cublas"};
-    if (MNIST_HAVE_CUDNN) engine_list.push_back("cudnn");
+  if (engines.empty() && devices.kind == mnist::DeviceKind::cpu) {
+    engine_list = {devices.engine};  // the config's own
+  } else if (engines.empty() || engines == "all") {
+    if (devices.kind == mnist::DeviceKind::cpu) {
+      engine_list = mnist::cpu_engines();
+    } else {
+      engine_list = {"native", "cublas"};
+      if (MNIST_HAVE_CUDNN) engine_list.push_back("cudnn");
+    }
   } else {
     for (std::size_t start = 0; start <= engines.size();) {
       const std::size_t comma = std::min(engines.find(',', start), engines.size());
@@ -240,18 +244,46 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
       start = comma + 1;
     }
   }
+  const bool cpu = devices.kind == mnist::DeviceKind::cpu;
   if (!json)
     std::cout << fmt::format(
         "benchmark of {} ({} trainable parameters, {:.3f} forward MFLOP/sample), {}\n", config_path,
         model.param_count(), model.flops_per_sample() / 1e6, devices.describe());
-  for (const std::string& engine : engine_list) {
-    devices.engine = engine;
-    std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
-    const mnist::BenchmarkResult r = mnist::run_benchmark(model, *backend, options);
-    if (json) {
-      std::cout << mnist::benchmark_json(r) << "\n";
-    } else {
-      std::cout << "engine " << engine << ", " << mnist::format_benchmark(r);
+  // On the CPU, the FMA peak of the same threads, so each step's GFLOP/s reads as a fraction.
+  mnist::FmaPeak peak;
+  if (cpu) {
+    peak = mnist::probe_cpu_fma_peak(devices.threads_per_worker);
+    if (!json)
+      std::cout << fmt::format("FMA peak probe ({}, {} thread{}): {:.0f} GFLOP/s\n", peak.isa,
+                               peak.threads, peak.threads == 1 ? "" : "s", peak.gflops);
+  }
+  // Rounds alternate the engines, so that a change in the machine's load hits all of them.
+  std::vector<std::vector<double>> rates(engine_list.size());
+  for (int round = 1; round <= rounds; ++round) {
+    for (std::size_t e = 0; e < engine_list.size(); ++e) {
+      devices.engine = engine_list[e];
+      std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
+      const mnist::BenchmarkResult r = mnist::run_benchmark(model, *backend, options);
+      rates[e].push_back(r.samples_per_second);
+      if (json) {
+        std::cout << mnist::benchmark_json(r) << "\n";
+        continue;
+      }
+      if (rounds > 1) std::cout << fmt::format("round {}/{}: ", round, rounds);
+      std::cout << "engine " << engine_list[e] << ", " << mnist::format_benchmark(r);
+      if (cpu)
+        std::cout << fmt::format("  {:.1f} GFLOP/s = {:.1f}% of the FMA peak\n",
+                                 mnist::benchmark_gflops(r),
+                                 100.0 * mnist::benchmark_gflops(r) / peak.gflops);
+    }
+  }
+  if (!json && rounds > 1) {
+    for (std::size_t e = 0; e < engine_list.size(); ++e) {
+      std::vector<double> v = rates[e];
+      std::sort(v.begin(), v.end());
+      std::cout << fmt::format(
+          "engine {}: {:.0f}-{:.0f} samples/s over {} rounds (median {:.0f})\n", engine_list[e],
+          v.front(), v.back(), rounds, v[v.size() / 2]);
     }
   }
   return kExitOk;
@@ -309,8 +341,14 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   bench_cmd->add_option("--steps", bench_options.steps, "timed steps")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
   bench_cmd->add_option("--engines", bench_engines,
-                        "CUDA engines to compare, e.g. native,cublas,cudnn");
+                        "engines to compare: all, or a list such as native,blas (CPU) or "
+                        "native,cublas,cudnn (CUDA; default all); CPU default: the config's");
   bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
+  int bench_rounds = 1;
+  bench_cmd
+      ->add_option("--rounds", bench_rounds,
+                   "run the engines this many times, alternating, then sum up")
+      ->check(CLI::PositiveNumber);
   bool bench_allreduce = false;
   bench_cmd->add_flag("--allreduce", bench_allreduce,
                       "time only the per-step gradient all-reduce over the config's devices");
@@ -364,8 +402,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
     if (*predict_cmd) return predict_command(checkpoint_path, predict_images);
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
-      return bench_command(config_path, overrides, unsets, bench_options, bench_engines, bench_json,
-                           bench_allreduce);
+      return bench_command(config_path, overrides, unsets, bench_options, bench_engines,
+                           bench_rounds, bench_json, bench_allreduce);
     }
     if (config_path.empty()) {
       std::cerr << "mnist-train: --config FILE is required (see --help)\n";

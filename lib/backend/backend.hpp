@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/geometry.hpp"
 #include "core/rng.hpp"
@@ -70,6 +71,11 @@ class Backend {
   // Assigns dweight and (when not nullptr) dbias.
   virtual void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy,
                                        float* dweight, float* dbias, float* workspace) = 0;
+  // conv2d_forward, then batch_norm_stats of y (ChannelGeom{n, k, out_h*out_w}): sum[k], sumsq[k].
+  // Engines may take the sums while the output is in cache; the default makes the two calls.
+  virtual void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                                    const float* bias, float* y, float* sum, float* sumsq,
+                                    float* workspace);
   // What the next conv2d call for `g` runs in each direction, for benchmarks, logs and tests.
   // Plans `g` as a call would (so it may query the library once) but launches nothing.
   virtual Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) {
@@ -115,6 +121,31 @@ class Backend {
                                          const float* sum_dy, const float* sum_dy_xhat,
                                          double count, float* dx) = 0;
 
+  // ---- fused batch norm -> ReLU -> 2x2 max pool (after a convolution) --------------------------
+  // Engines that return true from fuses_conv_block() run a conv2d -> batch_norm -> relu ->
+  // max_pool (2x2, stride 2) block as one unit: the model then calls these three instead of
+  // batch_norm_apply, relu_*, max_pool_* and batch_norm_backward_*, with the same math.
+  // x: the convolution's output [n, c, h, w]; y, dy: [n, c, h/2, w/2]; mask: uint8 per pooled
+  // value (winner in its window, and whether it passed the ReLU). Others throw.
+  virtual bool fuses_conv_block(const PoolGeom& g) const {
+    (void)g;
+    return false;
+  }
+  // Assigns y = max_pool(relu(batch_norm_apply(x))) and mask.
+  virtual void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
+                                    const float* invstd, const float* gamma, const float* beta,
+                                    float* y, uint8_t* mask);
+  // batch_norm_backward_reduce of the gradient that max_pool_backward and relu_backward would
+  // hand to the batch norm. Assigns sum_dy, sum_dy_xhat.
+  virtual void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                            const float* x, const float* mean, const float* invstd,
+                                            float* sum_dy, float* sum_dy_xhat);
+  // batch_norm_backward_apply of that gradient. Assigns all of dx[n, c, h, w].
+  virtual void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                           const float* x, const float* mean, const float* invstd,
+                                           const float* gamma, const float* sum_dy,
+                                           const float* sum_dy_xhat, double count, float* dx);
+
   // ---- dense: x[n, in], weight[out, in], bias[out] or nullptr, y[n, out] -----------------------
   virtual void dense_forward(int n, int in, int out, const float* x, const float* weight,
                              const float* bias, float* y) = 0;  // assigns y
@@ -151,15 +182,19 @@ class Backend {
   virtual bool all_finite(std::size_t n, const float* x) = 0;     // waits for the answer
 };
 
-// How a backend is built. `engine` picks the implementation of the heavy ops on CUDA:
-//   "native" every kernel hand-written; "cublas" dense layers through cuBLAS;
+// How a backend is built. `engine` picks the implementation of the heavy ops.
+// CUDA: "native" every kernel hand-written; "cublas" dense layers through cuBLAS;
 //   "cudnn" convolution and batch norm through cuDNN, dense through cuBLAS.
-// The CPU backend accepts only "native".
+// CPU (cpu_engines()): "native" direct convolutions with vector kernels for the CPU's instruction
+//   set; "blas" convolutions by im2col + OpenBLAS GEMM (only in builds with OpenBLAS).
 struct BackendOptions {
   int worker_index = 0;
   int threads = 0;  // CPU: kernel threads for this worker (0 = all cores)
   std::string engine = "native";
 };
+
+// The CPU engines of this build: "native", and "blas" when it was built with OpenBLAS.
+std::vector<std::string> cpu_engines();
 
 // Factories. make_cuda_backend throws a RuntimeError when the tool was built without CUDA, or when
 // the device cannot be used (naming what was visible and CUDA_VISIBLE_DEVICES).

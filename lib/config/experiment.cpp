@@ -254,7 +254,7 @@ const Choices<BackendChoice> kBackends = {{"auto", BackendChoice::auto_select},
                                           {"cpu", BackendChoice::cpu},
                                           {"cuda", BackendChoice::cuda}};
 const Choices<std::string> kEngines = {
-    {"native", "native"}, {"cublas", "cublas"}, {"cudnn", "cudnn"}};
+    {"native", "native"}, {"cublas", "cublas"}, {"cudnn", "cudnn"}, {"blas", "blas"}};
 const Choices<BatchNormMode> kBatchNormModes = {{"local", BatchNormMode::local},
                                                 {"sync", BatchNormMode::sync}};
 const Choices<OptimizerKind> kOptimizers = {{"adam", OptimizerKind::adam},
@@ -742,11 +742,17 @@ DevicesConfig parse_devices(const Reporter& r, const Section& top) {
       r.fail_value(v, path, rule);
     }
   }
-  if (dev.backend == BackendChoice::cpu && dev.engine != "native") {
+  const bool cuda_only = dev.engine == "cublas" || dev.engine == "cudnn";
+  if (dev.backend == BackendChoice::cpu && cuda_only) {
     r.fail(s.value("engine"), s.child("engine"),
            fmt::format("'{}' is not allowed with backend cpu: the cublas and cudnn engines need "
-                       "the cuda backend",
+                       "the cuda backend (CPU engines: native, blas)",
                        dev.engine));
+  }
+  if (dev.backend == BackendChoice::cuda && dev.engine == "blas") {
+    r.fail(s.value("engine"), s.child("engine"),
+           "'blas' is not allowed with backend cuda: it is a CPU engine (CUDA engines: native, "
+           "cublas, cudnn)");
   }
   return dev;
 }

@@ -80,8 +80,9 @@ struct DevicesConfig {
   std::string gpus_mode = "all";  // all | list | auto
   std::vector<int> gpu_list;
   int gpus_auto_count = 0;
-  // Kernel engine of the CUDA backend: native (our kernels) | cublas | cudnn. The CPU backend has
-  // only native; asking it for another engine is a config error.
+  // Kernel engine. CUDA: native (our kernels) | cublas | cudnn. CPU: native (direct vector
+  // kernels) | blas (im2col + OpenBLAS, in builds with OpenBLAS). An engine of the other backend
+  // is a config error; with backend auto the plan checks it once the backend is known.
   std::string engine = "native";
   int cpu_workers = 1;  // CPU backend: replicas (stand-ins for devices)
   int threads = 0;      // CPU backend: total kernel threads across workers; 0 = all cores

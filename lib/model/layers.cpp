@@ -1,6 +1,7 @@
 #include "model/layers.hpp"
 
 #include "core/error.hpp"
+#include "model/model.hpp"
 
 namespace mnist {
 
@@ -16,6 +17,13 @@ void Layer::backward(const PassContext& ctx, const float* x, const float* y, con
               plan_.label(), ctx.n, max_batch_);
   MNIST_CHECK(ctx.training, "layer {}: backward outside training mode", plan_.label());
   do_backward(ctx, x, y, dy, dx);
+}
+
+std::string Layer::label() const {
+  std::string out = plan_.label();
+  for (int i = 1; i < span(); ++i)
+    out += std::string("+") + to_string(model_.layers()[plan_.index + i].spec.kind);
+  return out;
 }
 
 float* Layer::param(int slot) const {
@@ -73,6 +81,23 @@ class Conv2dLayer final : public Layer {
   }
 };
 
+}  // namespace
+
+PoolGeom max_pool_geom(const LayerPlan& plan, int n) {
+  PoolGeom g;
+  g.n = n;
+  g.c = plan.in.c;
+  g.h = plan.in.h;
+  g.w = plan.in.w;
+  g.size_h = g.size_w = plan.spec.pool_size;
+  g.stride_h = g.stride_w = plan.spec.stride;
+  g.out_h = plan.out.h;
+  g.out_w = plan.out.w;
+  return g;
+}
+
+namespace {
+
 class MaxPoolLayer final : public Layer {
  public:
   MaxPoolLayer(const Model& m, const LayerPlan& p, const LayerBinding& b, int max_batch)
@@ -80,18 +105,7 @@ class MaxPoolLayer final : public Layer {
         argmax_(*b.backend, static_cast<std::size_t>(max_batch) * p.out.size()) {}
 
  private:
-  PoolGeom geom(int n) const {
-    PoolGeom g;
-    g.n = n;
-    g.c = plan_.in.c;
-    g.h = plan_.in.h;
-    g.w = plan_.in.w;
-    g.size_h = g.size_w = plan_.spec.pool_size;
-    g.stride_h = g.stride_w = plan_.spec.stride;
-    g.out_h = plan_.out.h;
-    g.out_w = plan_.out.w;
-    return g;
-  }
+  PoolGeom geom(int n) const { return max_pool_geom(plan_, n); }
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     be().max_pool_forward(geom(ctx.n), x, y, argmax_.data());
   }
@@ -234,7 +248,103 @@ class BatchNormLayer final : public Layer {
   DeviceBuffer<float> sums_, mean_, invstd_, grad_sums_;
 };
 
+// conv2d -> batch_norm -> relu -> max_pool (2x2, stride 2) as one layer, on engines that fuse the
+// last three (Backend::fuses_conv_block). The same math as the four layers, but the batch norm
+// and ReLU outputs are never stored: forward keeps the convolution's output, the pooled output
+// and one mask byte per pooled value; backward makes the convolution's input gradient in two
+// passes. Statistics (local or synced through ctx.all_reduce_sum) follow BatchNormLayer exactly.
+class ConvBlockLayer final : public Layer {
+ public:
+  ConvBlockLayer(const Model& m, const LayerPlan& conv, const LayerBinding& b, int max_batch)
+      : Layer(m, conv, b, max_batch),
+        bn_(m.layers()[conv.index + 1]),
+        pool_(m.layers()[conv.index + 3]),
+        conv_out_(*b.backend, static_cast<std::size_t>(max_batch) * conv.out.size()),
+        dconv_(*b.backend, static_cast<std::size_t>(max_batch) * conv.out.size()),
+        mask_(*b.backend, static_cast<std::size_t>(max_batch) * pool_.out.size()),
+        sums_(*b.backend, 2 * static_cast<std::size_t>(conv.out.c)),
+        mean_(*b.backend, conv.out.c),
+        invstd_(*b.backend, conv.out.c),
+        grad_sums_(*b.backend, 2 * static_cast<std::size_t>(conv.out.c)) {}
+
+  int span() const override { return 4; }
+  std::size_t workspace_floats() const override {
+    return be().conv2d_workspace_floats(conv2d_geom(plan_, max_batch_));
+  }
+
+ private:
+  int channels() const { return plan_.out.c; }
+  double group_count(const PassContext& ctx) const {
+    const int n = ctx.all_reduce_sum ? ctx.global_n : ctx.n;
+    return static_cast<double>(n) * plan_.out.h * plan_.out.w;
+  }
+
+  void do_forward(const PassContext& ctx, const float* x, float* y) override {
+    const int c = channels();
+    const LayerSpec& s = bn_.spec;
+    float* sum = sums_.data();
+    float* sumsq = sums_.data() + c;
+    if (ctx.training) {
+      // The statistics are taken by the convolution while its output is in cache.
+      be().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
+                                param(plan_.bias), conv_out_.data(), sum, sumsq, bind_.workspace);
+      if (ctx.all_reduce_sum) ctx.all_reduce_sum(sums_.data(), sums_.size());
+      be().batch_norm_finalize(c, group_count(ctx), sum, sumsq, s.epsilon, s.decay, mean_.data(),
+                               invstd_.data(), state(bn_.running_mean), state(bn_.running_var));
+    } else {
+      be().conv2d_forward(conv2d_geom(plan_, ctx.n), x, param(plan_.weight), param(plan_.bias),
+                          conv_out_.data(), bind_.workspace);
+      be().batch_norm_inference_params(c, state(bn_.running_mean), state(bn_.running_var),
+                                       s.epsilon, mean_.data(), invstd_.data());
+    }
+    be().bn_relu_pool_forward(max_pool_geom(pool_, ctx.n), conv_out_.data(), mean_.data(),
+                              invstd_.data(), param(bn_.gamma), param(bn_.beta), y, mask_.data());
+  }
+
+  void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
+                   float* dx) override {
+    const int c = channels();
+    const PoolGeom pg = max_pool_geom(pool_, ctx.n);
+    float* sum_dy = grad_sums_.data();
+    float* sum_dy_xhat = grad_sums_.data() + c;
+    be().bn_relu_pool_backward_reduce(pg, dy, mask_.data(), conv_out_.data(), mean_.data(),
+                                      invstd_.data(), sum_dy, sum_dy_xhat);
+    // As BatchNormLayer: this slice's share of the parameter gradients, taken before the sync.
+    if (bn_.beta >= 0) be().copy_on_device(grad(bn_.beta), sum_dy, sizeof(float) * c);
+    if (bn_.gamma >= 0) be().copy_on_device(grad(bn_.gamma), sum_dy_xhat, sizeof(float) * c);
+    if (ctx.all_reduce_sum) ctx.all_reduce_sum(grad_sums_.data(), grad_sums_.size());
+    be().bn_relu_pool_backward_apply(pg, dy, mask_.data(), conv_out_.data(), mean_.data(),
+                                     invstd_.data(), param(bn_.gamma), sum_dy, sum_dy_xhat,
+                                     group_count(ctx), dconv_.data());
+    const Conv2dGeom g = conv2d_geom(plan_, ctx.n);
+    be().conv2d_backward_weights(g, x, dconv_.data(), grad(plan_.weight), grad(plan_.bias),
+                                 bind_.workspace);
+    if (dx) be().conv2d_backward_data(g, dconv_.data(), param(plan_.weight), dx, bind_.workspace);
+  }
+
+  const LayerPlan& bn_;
+  const LayerPlan& pool_;
+  DeviceBuffer<float> conv_out_, dconv_;
+  DeviceBuffer<uint8_t> mask_;
+  DeviceBuffer<float> sums_, mean_, invstd_, grad_sums_;
+};
+
 }  // namespace
+
+bool conv_block_fusable(const Model& model, std::size_t index, const Backend& backend) {
+  const auto& plans = model.layers();
+  if (index + 4 > plans.size()) return false;
+  const LayerKind kinds[] = {LayerKind::conv2d, LayerKind::batch_norm, LayerKind::relu,
+                             LayerKind::max_pool};
+  for (int i = 0; i < 4; ++i)
+    if (plans[index + i].spec.kind != kinds[i]) return false;
+  return backend.fuses_conv_block(max_pool_geom(plans[index + 3], 1));
+}
+
+std::unique_ptr<Layer> make_conv_block(const Model& model, const LayerPlan& conv,
+                                       const LayerBinding& binding, int max_batch) {
+  return std::make_unique<ConvBlockLayer>(model, conv, binding, max_batch);
+}
 
 std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
                                   const LayerBinding& binding, int max_batch) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "backend/backend.hpp"
 #include "model/model.hpp"
@@ -53,6 +54,10 @@ class Layer {
 
   // A view (flatten) has no output buffer of its own: y aliases x, dx aliases dy.
   virtual bool is_view() const { return false; }
+  // How many consecutive plans this layer runs (a fused block runs several, from plan() on), and
+  // its name: the plan's label, or "0:conv2d+batch_norm+relu+max_pool".
+  virtual int span() const { return 1; }
+  std::string label() const;
   // Scratch floats this layer needs in LayerBinding::workspace at max_batch.
   virtual std::size_t workspace_floats() const { return 0; }
   const LayerPlan& plan() const { return plan_; }
@@ -75,9 +80,18 @@ class Layer {
 
 // The convolution a conv2d layer's plan runs at batch size n (padding resolved).
 Conv2dGeom conv2d_geom(const LayerPlan& plan, int n);
+// The pooling a max_pool layer's plan runs at batch size n.
+PoolGeom max_pool_geom(const LayerPlan& plan, int n);
 
 // The one factory table: a LayerKind to its class.
 std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
                                   const LayerBinding& binding, int max_batch);
+
+// True when plans [index, index + 4) are conv2d -> batch_norm -> relu -> max_pool and the
+// backend runs such a block fused (Backend::fuses_conv_block); make_conv_block then builds the one
+// layer that runs all four.
+bool conv_block_fusable(const Model& model, std::size_t index, const Backend& backend);
+std::unique_ptr<Layer> make_conv_block(const Model& model, const LayerPlan& conv,
+                                       const LayerBinding& binding, int max_batch);
 
 }  // namespace mnist

@@ -24,11 +24,16 @@ Replica::Replica(const Model& model, Backend& backend, int max_batch)
 
   LayerBinding binding{&backend, params_.data(), grads_.data(), state_.data(), nullptr};
   std::size_t workspace = 0, widest = model.input().size();
-  for (const LayerPlan& plan : model.layers()) {
-    layers_.push_back(make_layer(model, plan, binding, max_batch));
+  const std::vector<LayerPlan>& plans = model.layers();
+  for (std::size_t i = 0; i < plans.size(); i += layers_.back()->span()) {
+    // A block the backend runs fused becomes one layer (its inner outputs are never stored).
+    layers_.push_back(conv_block_fusable(model, i, backend)
+                          ? make_conv_block(model, plans[i], binding, max_batch)
+                          : make_layer(model, plans[i], binding, max_batch));
+    const LayerPlan& last = plans[i + layers_.back()->span() - 1];
     workspace = std::max(workspace, layers_.back()->workspace_floats());
-    widest = std::max(widest, plan.out.size());
-    if (!layers_.back()->is_view()) activations_.emplace_back(backend, n * plan.out.size());
+    widest = std::max(widest, last.out.size());
+    if (!layers_.back()->is_view()) activations_.emplace_back(backend, n * last.out.size());
   }
   workspace_ = DeviceBuffer<float>(backend, std::max<std::size_t>(workspace, 1));
   for (auto& layer : layers_) layer->set_workspace(workspace_.data());
@@ -64,7 +69,7 @@ const float* Replica::run_forward(const PassContext& ctx) {
       const auto t0 = std::chrono::steady_clock::now();
       layers_[i]->forward(ctx, x, y);
       backend_.synchronize();
-      profile_->forward_ms[i] +=
+      profile_->forward_ms[layers_[i]->plan().index] +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     } else {
       layers_[i]->forward(ctx, x, y);
@@ -111,7 +116,7 @@ void Replica::backward(const PassContext& ctx) {
       const auto t0 = std::chrono::steady_clock::now();
       layer.backward(ctx, x, outputs_[i], dy, dx);
       backend_.synchronize();
-      profile_->backward_ms[i] +=
+      profile_->backward_ms[layer.plan().index] +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     } else {
       layer.backward(ctx, x, outputs_[i], dy, dx);

@@ -45,12 +45,15 @@ class Replica {
 
   void reset_metrics();
   // Benchmarks: when set, every layer's forward and backward is timed (the backend is synchronised
-  // around each call, which slows the step; never set during training). ms are ADDED per layer.
+  // around each call, which slows the step; never set during training). ms are ADDED per plan of
+  // Model::layers; a fused block's time goes to its first plan (see layers()).
   struct LayerTimes {
     std::vector<double> forward_ms, backward_ms;
   };
   void set_profile(LayerTimes* times) { profile_ = times; }
   Backend& backend() const { return backend_; }
+  // The layers as run: one per plan, except a fused block, which covers several (Layer::span).
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   const Model& model() const { return model_; }
   int max_batch() const { return max_batch_; }
   std::size_t device_bytes() const;  // memory this replica holds

@@ -1,9 +1,11 @@
 #include "train/benchmark.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include <thread>
 
+#include "backend/cpu/native/isa.hpp"
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
@@ -106,8 +108,10 @@ BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOp
   r.steps = o.steps;
   r.step_ms = total_ms / o.steps;
   r.samples_per_second = o.batch * o.steps / (total_ms / 1000.0);
-  for (const LayerPlan& p : model.layers()) r.layers.push_back(p.label());
-  for (std::size_t i = 0; i < times.forward_ms.size(); ++i) {
+  // One row per layer as the replica runs them (a fused block is one row, timed at its first plan).
+  for (const auto& layer : replica.layers()) {
+    const int i = layer->plan().index;
+    r.layers.push_back(layer->label());
     r.forward_ms.push_back(times.forward_ms[i] / profiled);
     r.backward_ms.push_back(times.backward_ms[i] / profiled);
   }
@@ -180,23 +184,39 @@ std::string format_allreduce(const AllReduceResult& r) {
       r.algbw_gb_s, r.busbw_gb_s);
 }
 
+FmaPeak probe_cpu_fma_peak(int threads) {
+  FmaPeak p;
+  const cpu::native::Isa isa = cpu::native::chosen_isa();
+  p.isa = cpu::native::isa_name(isa);
+  p.threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  p.gflops = cpu::native::fma_peak_gflops(isa, p.threads);
+  return p;
+}
+
+double benchmark_gflops(const BenchmarkResult& r) {
+  return r.samples_per_second * 3.0 * r.flops_per_sample / 1e9;
+}
+
 std::string format_benchmark(const BenchmarkResult& r) {
   std::string out = fmt::format(
       "{}: batch {}, {} timed steps: {:.2f} ms/step, {:.0f} samples/s ({:.1f} GFLOP/s of forward+"
       "backward at 3x forward FLOPs), replica memory {:.1f} MiB\n",
-      r.device, r.batch, r.steps, r.step_ms, r.samples_per_second,
-      r.samples_per_second * 3.0 * r.flops_per_sample / 1e9, r.device_bytes / 1048576.0);
+      r.device, r.batch, r.steps, r.step_ms, r.samples_per_second, benchmark_gflops(r),
+      r.device_bytes / 1048576.0);
   double total = r.loss_ms + r.update_ms;
   for (std::size_t i = 0; i < r.layers.size(); ++i) total += r.forward_ms[i] + r.backward_ms[i];
-  out += fmt::format("  {:<14} {:>10} {:>10} {:>7}   (profiled: synchronised around each layer)\n",
-                     "layer", "fwd ms", "bwd ms", "share");
+  std::size_t width = 14;  // fused blocks have long names
+  for (const std::string& l : r.layers) width = std::max(width, l.size());
+  out += fmt::format("  {:<{}} {:>10} {:>10} {:>7}   (profiled: synchronised around each layer)\n",
+                     "layer", width, "fwd ms", "bwd ms", "share");
   for (std::size_t i = 0; i < r.layers.size(); ++i)
-    out += fmt::format("  {:<14} {:>10.3f} {:>10.3f} {:>6.1f}%\n", r.layers[i], r.forward_ms[i],
-                       r.backward_ms[i], 100.0 * (r.forward_ms[i] + r.backward_ms[i]) / total);
+    out +=
+        fmt::format("  {:<{}} {:>10.3f} {:>10.3f} {:>6.1f}%\n", r.layers[i], width, r.forward_ms[i],
+                    r.backward_ms[i], 100.0 * (r.forward_ms[i] + r.backward_ms[i]) / total);
   for (const std::string& line : r.conv_algorithms) out += fmt::format("  algorithms {}\n", line);
-  out += fmt::format("  {:<14} {:>10.3f} {:>10} {:>6.1f}%\n", "loss", r.loss_ms, "",
+  out += fmt::format("  {:<{}} {:>10.3f} {:>10} {:>6.1f}%\n", "loss", width, r.loss_ms, "",
                      100.0 * r.loss_ms / total);
-  out += fmt::format("  {:<14} {:>10} {:>10.3f} {:>6.1f}%\n", "adam update", "", r.update_ms,
+  out += fmt::format("  {:<{}} {:>10} {:>10.3f} {:>6.1f}%\n", "adam update", width, "", r.update_ms,
                      100.0 * r.update_ms / total);
   return out;
 }

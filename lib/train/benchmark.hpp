@@ -42,6 +42,18 @@ BenchmarkResult run_benchmark(const Model& model, Backend& backend,
 
 std::string format_benchmark(const BenchmarkResult& r);
 
+// The CPU's float FMA peak with `threads` threads (0 = all cores), measured by a probe of
+// independent FMA chains with the native engine's instruction set (MNIST_CPU_ISA respected), so a
+// step's GFLOP/s can be put as a fraction of what the cores can do.
+struct FmaPeak {
+  std::string isa;
+  int threads = 0;
+  double gflops = 0;
+};
+FmaPeak probe_cpu_fma_peak(int threads);
+// Training GFLOP/s of a result (forward + backward counted as 3x the forward FLOPs).
+double benchmark_gflops(const BenchmarkResult& r);
+
 // The per-step gradient all-reduce alone: `workers` threads, each with its backend from `factory`,
 // sum `count` floats through `comm` `iterations` times (after 5 untimed calls). Bandwidths follow
 // nccl-tests: algbw = bytes / time, busbw = algbw * 2 (W - 1) / W.

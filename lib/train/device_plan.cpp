@@ -97,10 +97,13 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = config.threads > 0 ? config.threads : cores;
   plan.threads_per_worker = std::max(1, threads / plan.cpu_workers);
-  if (config.engine != "native")
+  const std::vector<std::string> engines = cpu_engines();
+  if (std::find(engines.begin(), engines.end(), config.engine) == engines.end())
     MNIST_THROW(ConfigError,
-                "devices.engine: '{}' needs the CUDA backend; the CPU backend has only 'native'",
-                config.engine);
+                "devices.engine: '{}' is not a CPU engine of this build; allowed: {}{}",
+                config.engine, fmt::join(engines, ", "),
+                config.engine == "blas" ? " (built without OpenBLAS)"
+                                        : " (cublas and cudnn need the CUDA backend)");
   if (config.backend == BackendChoice::auto_select)
     plan.note = fmt::format(
         "no GPU visible: {}; training on the CPU, {}{}",
@@ -129,7 +132,7 @@ std::string DevicePlan::describe_workers() const {
 }
 
 std::string DevicePlan::describe() const {
-  if (kind == DeviceKind::cpu) return "cpu, " + describe_workers();
+  if (kind == DeviceKind::cpu) return fmt::format("cpu, {}, engine {}", describe_workers(), engine);
   std::string list;
   for (int g : gpus) list += (list.empty() ? "" : ", ") + std::to_string(g);
   return fmt::format("cuda, GPUs [{}], engine {}", list, engine);

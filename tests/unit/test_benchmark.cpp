@@ -19,9 +19,13 @@ TEST_CASE("the benchmark times every layer and reports a throughput", "[benchmar
   const BenchmarkResult r = run_benchmark(model, *backend, o);
   CHECK(r.samples_per_second > 0);
   CHECK(r.step_ms > 0);
-  REQUIRE(r.layers.size() == model.layers().size());
+  // One row per layer as run: the native engine fuses conv2d -> batch_norm -> relu -> max_pool.
+  REQUIRE(r.layers.size() == model.layers().size() - 3);
+  CHECK(r.layers[0] == "0:conv2d+batch_norm+relu+max_pool");
+  CHECK(r.layers[1] == "4:conv2d");
   CHECK(r.forward_ms[0] > 0);  // the first conv does real work
   CHECK(r.backward_ms[0] > 0);
+  CHECK(format_benchmark(r).find("  0:conv2d+batch_norm+relu+max_pool ") != std::string::npos);
   CHECK(format_benchmark(r).find("adam update") != std::string::npos);
   CHECK(benchmark_json(r).find("\"samples_per_second\"") != std::string::npos);
 }

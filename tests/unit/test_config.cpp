@@ -299,6 +299,14 @@ train: {steps: 10, batch_per_device: 8}
 )",
        {},
        {"broken.yaml:3:33: devices.engine: 'cudnn' is not allowed with backend cpu"}},
+      {"blas engine on the cuda backend",
+       R"(model:
+  layers: [dense: {units: 10}]
+devices: {backend: cuda, engine: blas}
+train: {steps: 10, batch_per_device: 8}
+)",
+       {},
+       {"broken.yaml:3:34: devices.engine: 'blas' is not allowed with backend cuda"}},
       {"dropout rate 1.0",
        R"(model:
   layers:

@@ -1,6 +1,7 @@
 // CpuBackend through the Backend interface: construction rules, memory, and a few kernels.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <thread>
@@ -10,6 +11,8 @@
 
 #include "backend/backend.hpp"
 #include "backend/cpu/conv2d.hpp"
+#include "backend/cpu/native/isa.hpp"
+#include "build_info.hpp"
 #include "core/error.hpp"
 #include "support/gradcheck.hpp"
 
@@ -25,18 +28,105 @@ std::unique_ptr<Backend> cpu_backend(int index = 0, int threads = 2) {
 }
 }  // namespace
 
-TEST_CASE("make_cpu_backend: name, kind, and only the native engine", "[cpu]") {
+TEST_CASE("make_cpu_backend: name, kind, and only the CPU engines of this build", "[cpu]") {
   const auto b = cpu_backend(3);
   CHECK(b->name() == "cpu3");
   CHECK(b->kind() == DeviceKind::cpu);
+  const std::vector<std::string> engines = cpu_engines();
+  REQUIRE(engines.front() == "native");
+  CHECK(engines.size() == (MNIST_HAVE_BLAS ? 2u : 1u));
   BackendOptions o;
   o.engine = "cudnn";
   CHECK_THROWS_AS(make_cpu_backend(o), RuntimeError);
   CHECK_THROWS_WITH(make_cpu_backend(o),
                     Catch::Contains("'cudnn'") && Catch::Contains("allowed: native"));
+  for (const std::string& engine : engines) {
+    o.engine = engine;
+    CHECK(make_cpu_backend(o)->kind() == DeviceKind::cpu);
+  }
+  if (!MNIST_HAVE_BLAS) {
+    o.engine = "blas";
+    CHECK_THROWS_WITH(make_cpu_backend(o), Catch::Contains("no OpenBLAS"));
+  }
   o.engine = "native";
   o.threads = -1;
   CHECK_THROWS_WITH(make_cpu_backend(o), Catch::Contains("threads = -1"));
+}
+
+TEST_CASE("MNIST_CPU_ISA picks the native engine's instruction set, and names a bad one", "[cpu]") {
+  const char* saved = std::getenv("MNIST_CPU_ISA");
+  const std::string restore = saved ? saved : "";
+  for (cpu::native::Isa isa : cpu::native::supported_isas()) {
+    setenv("MNIST_CPU_ISA", cpu::native::isa_name(isa), 1);
+    CHECK(cpu::native::chosen_isa() == isa);
+  }
+  setenv("MNIST_CPU_ISA", "sse9", 1);
+  CHECK_THROWS_WITH(cpu::native::chosen_isa(),
+                    Catch::Contains("MNIST_CPU_ISA=sse9") && Catch::Contains("avx512, avx2"));
+  CHECK_THROWS_WITH(cpu_backend(), Catch::Contains("MNIST_CPU_ISA=sse9"));
+  if (restore.empty())
+    unsetenv("MNIST_CPU_ISA");
+  else
+    setenv("MNIST_CPU_ISA", restore.c_str(), 1);
+  CHECK(cpu::native::supported_isas().back() == cpu::native::Isa::portable);
+}
+
+TEST_CASE("every CPU engine's convolutions agree with the double oracle on the seed's layers",
+          "[cpu]") {
+  // The seed's two convolutions (batch 3), and a strided one the native engine sends to im2col.
+  Conv2dGeom seed1, seed2, strided;
+  seed1.n = 3, seed1.c = 1, seed1.h = seed1.w = 28, seed1.k = 6, seed1.kh = seed1.kw = 5;
+  seed1.pad_h = seed1.pad_w = 2, seed1.out_h = seed1.out_w = 28;
+  seed2 = seed1;
+  seed2.c = 6, seed2.h = seed2.w = 14, seed2.k = 12, seed2.out_h = seed2.out_w = 14;
+  strided = seed2;
+  strided.stride_h = strided.stride_w = 2, strided.out_h = strided.out_w = 7;
+  for (const std::string& engine : cpu_engines()) {
+    for (const Conv2dGeom& g : {seed1, seed2, strided}) {
+      INFO("engine " << engine << ", c " << g.c << ", stride " << g.stride_h);
+      const std::size_t xs = std::size_t(g.n) * g.c * g.h * g.w,
+                        ys = std::size_t(g.n) * g.k * g.out_h * g.out_w,
+                        ws = std::size_t(g.k) * g.c * g.kh * g.kw;
+      const auto x = random_values(xs, 11, -1, 1), w = random_values(ws, 12, -0.3, 0.3),
+                 bias = random_values(g.k, 13, -1, 1), dy = random_values(ys, 14, -1, 1);
+      std::vector<double> y(ys), dx(xs), dw(ws), db(g.k);
+      std::vector<double> wd(cpu::conv2d_workspace_floats(g, 1));
+      cpu::conv2d_forward(g, x.data(), w.data(), bias.data(), y.data(), wd.data(), 1);
+      cpu::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), wd.data(), 1);
+      cpu::conv2d_backward_weights(g, x.data(), dy.data(), dw.data(), db.data(), wd.data(), 1);
+
+      BackendOptions o;
+      o.threads = 2;
+      o.engine = engine;
+      const auto b = make_cpu_backend(o);
+      const auto xf = cast_to<float>(x), wf = cast_to<float>(w), bf = cast_to<float>(bias),
+                 dyf = cast_to<float>(dy);
+      std::vector<float> work(b->conv2d_workspace_floats(g), NAN);
+      std::vector<float> yf(ys, NAN), dxf(xs, NAN), dwf(ws, NAN), dbf(g.k, NAN);
+      b->conv2d_forward(g, xf.data(), wf.data(), bf.data(), yf.data(), work.data());
+      b->conv2d_backward_data(g, dyf.data(), wf.data(), dxf.data(), work.data());
+      b->conv2d_backward_weights(g, xf.data(), dyf.data(), dwf.data(), dbf.data(), work.data());
+      check_close(yf, y, 1e-5, 1e-5, "y");
+      // The forward that also takes the batch-norm statistics: the same y, and the sums of the
+      // double oracle's y.
+      std::vector<double> sum(g.k, 0.0), sumsq(g.k, 0.0);
+      const std::size_t plane = std::size_t(g.out_h) * g.out_w;
+      for (std::size_t i = 0; i < ys; ++i) {
+        const std::size_t k = i / plane % g.k;
+        sum[k] += y[i];
+        sumsq[k] += y[i] * y[i];
+      }
+      std::vector<float> ys2(ys, NAN), sumf(g.k, NAN), sumsqf(g.k, NAN);
+      b->conv2d_forward_stats(g, xf.data(), wf.data(), bf.data(), ys2.data(), sumf.data(),
+                              sumsqf.data(), work.data());
+      CHECK(ys2 == yf);
+      check_close(sumf, sum, 1e-4, 1e-5, "sum");
+      check_close(sumsqf, sumsq, 1e-4, 1e-5, "sumsq");
+      check_close(dxf, dx, 1e-5, 1e-5, "dx");
+      check_close(dwf, dw, 1e-4, 1e-5, "dweight");
+      check_close(dbf, db, 1e-4, 1e-5, "dbias");
+    }
+  }
 }
 
 TEST_CASE("CpuBackend memory: 64-byte aligned, copies, and a failure naming the size", "[cpu]") {

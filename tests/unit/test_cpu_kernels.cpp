@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -18,6 +19,7 @@
 #include "backend/cpu/gather_batch.hpp"
 #include "backend/cpu/gemm.hpp"
 #include "backend/cpu/max_pool.hpp"
+#include "backend/cpu/native/isa.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/relu.hpp"
 #include "backend/cpu/softmax_cross_entropy.hpp"
@@ -109,38 +111,68 @@ TEST_CASE("gemm matches a naive product for every transpose, with padded strides
 
 namespace {
 
-void check_conv2d_gradients(const Conv2dGeom& g, int threads, uint64_t seed) {
+// One implementation of the conv2d contract in double: the im2col + GEMM kernels of backend/cpu
+// (the oracle, which the blas engine runs) or the native engine's direct kernels, compiled for
+// one instruction set.
+struct ConvImpl {
+  std::string name;
+  std::size_t (*workspace)(const Conv2dGeom&, int);
+  void (*forward)(const Conv2dGeom&, const double*, const double*, const double*, double*, double*,
+                  int);
+  void (*backward_data)(const Conv2dGeom&, const double*, const double*, double*, double*, int);
+  void (*backward_weights)(const Conv2dGeom&, const double*, const double*, double*, double*,
+                           double*, int);
+  bool (*supports)(const Conv2dGeom&);
+};
+
+bool any_geometry(const Conv2dGeom&) {
+  return true;
+}
+
+std::vector<ConvImpl> conv_impls() {
+  std::vector<ConvImpl> impls = {{"im2col+gemm", &cpu::conv2d_workspace_floats,
+                                  &cpu::conv2d_forward<double>, &cpu::conv2d_backward_data<double>,
+                                  &cpu::conv2d_backward_weights<double>, &any_geometry}};
+  for (cpu::native::Isa isa : cpu::native::supported_isas()) {
+    const auto k = cpu::native::direct_conv_kernels<double>(isa);
+    impls.push_back({std::string("direct ") + cpu::native::isa_name(isa), k.workspace, k.forward,
+                     k.backward_data, k.backward_weights, &cpu::native::direct_conv_supports});
+  }
+  return impls;
+}
+
+void check_conv2d_gradients(const ConvImpl& impl, const Conv2dGeom& g, int threads, uint64_t seed) {
   auto x = random_values(x_size(g), seed, -1, 1);
   auto w = random_values(w_size(g), seed + 1, -1, 1);
   auto b = random_values(g.k, seed + 2, -1, 1);
   const auto r = random_values(y_size(g), seed + 3, -1, 1);  // dL/dy of L = sum(y * r)
-  std::vector<double> work(cpu::conv2d_workspace_floats(g, threads));
+  std::vector<double> work(impl.workspace(g, threads));
   const auto poison_work = [&] {
     std::fill(work.begin(), work.end(), std::numeric_limits<double>::quiet_NaN());
   };
   const auto loss = [&] {
     auto y = poisoned<double>(y_size(g));
     poison_work();
-    cpu::conv2d_forward(g, x.data(), w.data(), b.data(), y.data(), work.data(), threads);
+    impl.forward(g, x.data(), w.data(), b.data(), y.data(), work.data(), threads);
     return dot(y, r);
   };
   auto dx = poisoned<double>(x_size(g));
   poison_work();
-  cpu::conv2d_backward_data(g, r.data(), w.data(), dx.data(), work.data(), threads);
+  impl.backward_data(g, r.data(), w.data(), dx.data(), work.data(), threads);
   check_gradient(dx, numeric_gradient(x, loss), "conv2d dx");
 
   auto dw = poisoned<double>(w_size(g));
   auto db = poisoned<double>(g.k);
   poison_work();
-  cpu::conv2d_backward_weights(g, x.data(), r.data(), dw.data(), db.data(), work.data(), threads);
+  impl.backward_weights(g, x.data(), r.data(), dw.data(), db.data(), work.data(), threads);
   check_gradient(dw, numeric_gradient(w, loss), "conv2d dweight");
   check_gradient(db, numeric_gradient(b, loss), "conv2d dbias");
 
   // Without a bias gradient the weight gradient is unchanged.
   auto dw2 = poisoned<double>(w_size(g));
   poison_work();
-  cpu::conv2d_backward_weights(g, x.data(), r.data(), dw2.data(), static_cast<double*>(nullptr),
-                               work.data(), threads);
+  impl.backward_weights(g, x.data(), r.data(), dw2.data(), static_cast<double*>(nullptr),
+                        work.data(), threads);
   check_close(dw2, dw, 0, 0, "conv2d dweight without dbias");
 }
 
@@ -153,14 +185,20 @@ TEST_CASE("conv2d backward matches finite differences (strides, padding, odd siz
       conv_geom(1, 1, 5, 7, 2, 2, 3, 1, 2, 2, 0),    // first output row reads only padding
       conv_geom(2, 2, 6, 5, 5, 1, 1, 1, 1, 0, 0),    // 1x1
       conv_geom(2, 1, 12, 12, 3, 5, 5, 1, 1, 2, 2),  // the seed's first layer, small
+      conv_geom(2, 8, 6, 7, 13, 3, 2, 1, 1, 0, 1),   // channels past one register block
+      conv_geom(1, 2, 9, 11, 7, 4, 5, 1, 1, 3, 4),   // padding up to kernel - 1, wider than tall
   };
-  int index = 0;
-  for (const auto& g : geoms) {
-    for (int threads : {1, 2, 3}) {
-      INFO("geometry " << index << ", threads " << threads);
-      check_conv2d_gradients(g, threads, 100 + 10 * index);
+  for (const ConvImpl& impl : conv_impls()) {
+    int index = 0;
+    for (const auto& g : geoms) {
+      if (impl.supports(g)) {
+        for (int threads : {1, 2, 3}) {
+          INFO(impl.name << ", geometry " << index << ", threads " << threads);
+          check_conv2d_gradients(impl, g, threads, 100 + 10 * index);
+        }
+      }
+      ++index;
     }
-    ++index;
   }
 }
 
@@ -168,23 +206,36 @@ TEST_CASE("conv2d in float agrees with double on the seed's second layer", "[cpu
   const Conv2dGeom g = conv_geom(4, 6, 14, 14, 12, 5, 5, 1, 1, 2, 2);
   const auto x = random_values(x_size(g), 1, -1, 1), w = random_values(w_size(g), 2, -0.3, 0.3);
   const auto b = random_values(g.k, 3, -1, 1), dy = random_values(y_size(g), 4, -1, 1);
+  // The double oracle: im2col + GEMM.
   std::vector<double> wd(cpu::conv2d_workspace_floats(g, 2));
-  std::vector<float> wf(wd.size());
   std::vector<double> y(y_size(g)), dx(x_size(g)), dw(w_size(g)), db(g.k);
   cpu::conv2d_forward(g, x.data(), w.data(), b.data(), y.data(), wd.data(), 2);
   cpu::conv2d_backward_data(g, dy.data(), w.data(), dx.data(), wd.data(), 2);
   cpu::conv2d_backward_weights(g, x.data(), dy.data(), dw.data(), db.data(), wd.data(), 2);
   const auto xf = cast_to<float>(x), wtf = cast_to<float>(w), bf = cast_to<float>(b),
              dyf = cast_to<float>(dy);
-  std::vector<float> yf(y.size()), dxf(dx.size()), dwf(dw.size()), dbf(db.size());
-  cpu::conv2d_forward(g, xf.data(), wtf.data(), bf.data(), yf.data(), wf.data(), 2);
-  cpu::conv2d_backward_data(g, dyf.data(), wtf.data(), dxf.data(), wf.data(), 2);
-  cpu::conv2d_backward_weights(g, xf.data(), dyf.data(), dwf.data(), dbf.data(), wf.data(), 2);
-  // Float sums of up to a few thousand terms of size ~1: relative error well below 1e-5.
-  check_close(yf, y, 1e-5, 1e-5, "conv2d y");
-  check_close(dxf, dx, 1e-5, 1e-5, "conv2d dx");
-  check_close(dwf, dw, 1e-4, 1e-5, "conv2d dweight");
-  check_close(dbf, db, 1e-4, 1e-5, "conv2d dbias");
+  const auto check = [&](const std::string& name, auto workspace, auto forward, auto backward_data,
+                         auto backward_weights) {
+    INFO(name);
+    std::vector<float> wf(workspace(g, 2), NAN);
+    std::vector<float> yf(y.size(), NAN), dxf(dx.size(), NAN), dwf(dw.size(), NAN),
+        dbf(db.size(), NAN);
+    forward(g, xf.data(), wtf.data(), bf.data(), yf.data(), wf.data(), 2);
+    backward_data(g, dyf.data(), wtf.data(), dxf.data(), wf.data(), 2);
+    backward_weights(g, xf.data(), dyf.data(), dwf.data(), dbf.data(), wf.data(), 2);
+    // Float sums of up to a few thousand terms of size ~1: relative error well below 1e-5.
+    check_close(yf, y, 1e-5, 1e-5, "conv2d y");
+    check_close(dxf, dx, 1e-5, 1e-5, "conv2d dx");
+    check_close(dwf, dw, 1e-4, 1e-5, "conv2d dweight");
+    check_close(dbf, db, 1e-4, 1e-5, "conv2d dbias");
+  };
+  check("im2col+gemm", &cpu::conv2d_workspace_floats, &cpu::conv2d_forward<float>,
+        &cpu::conv2d_backward_data<float>, &cpu::conv2d_backward_weights<float>);
+  for (cpu::native::Isa isa : cpu::native::supported_isas()) {
+    const auto k = cpu::native::direct_conv_kernels<float>(isa);
+    check(std::string("direct ") + cpu::native::isa_name(isa), k.workspace, k.forward,
+          k.backward_data, k.backward_weights);
+  }
 }
 
 // ---- max pool ---------------------------------------------------------------------------------

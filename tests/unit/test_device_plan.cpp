@@ -56,7 +56,7 @@ TEST_CASE("a GPU list falling back to the CPU keeps one replica per listed GPU",
   CHECK(plan.workers() == 2);
   CHECK(plan.threads_per_worker == 1);
   // The note and the plan's description use the same words (once they disagreed).
-  CHECK(plan.describe() == "cpu, 2 workers x 1 thread");
+  CHECK(plan.describe().rfind("cpu, 2 workers x 1 thread, engine ", 0) == 0);
   CHECK(plan.note.find("training on the CPU, 2 workers x 1 thread (one per GPU in devices.gpus") !=
         std::string::npos);
   CHECK(plan.note.find("((") == std::string::npos);
@@ -108,6 +108,13 @@ TEST_CASE("CPU threads are split between workers", "[devices]") {
   const DevicePlan p = plan_devices(c, gpus({10}));  // backend cpu ignores visible GPUs
   CHECK(p.kind == DeviceKind::cpu);
   CHECK(p.threads_per_worker == 4);
+  CHECK(p.describe() == "cpu, 2 workers x 4 threads, engine native");
   c.engine = "cudnn";
-  REQUIRE_THROWS_WITH(plan_devices(c, {}), Catch::Contains("devices.engine"));
+  REQUIRE_THROWS_WITH(plan_devices(c, {}),
+                      Catch::Contains("devices.engine") && Catch::Contains("allowed: native"));
+  // The CPU engines of the build are accepted (blas only where OpenBLAS was found).
+  for (const std::string& engine : cpu_engines()) {
+    c.engine = engine;
+    CHECK(plan_devices(c, {}).engine == engine);
+  }
 }

@@ -1,12 +1,18 @@
 // CpuBackend: the Backend interface over the float cpu:: kernels, on host memory.
+// Engines: "blas" runs every kernel of backend/cpu (convolutions by im2col + OpenBLAS GEMM);
+// "native" replaces the convolutions with the direct kernels of backend/cpu/native, compiled for
+// the widest instruction set the CPU has (native/isa.hpp), and keeps the im2col path only for
+// geometries those do not handle (strides).
 // Threads: each kernel call opens its own OpenMP team of `threads_` threads (see parallel.hpp);
 // the backend keeps no state shared with other backends, so several may run in parallel workers.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/cpu/batch_norm.hpp"
@@ -16,6 +22,8 @@
 #include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/gather_batch.hpp"
 #include "backend/cpu/max_pool.hpp"
+#include "backend/cpu/native/conv_block.hpp"
+#include "backend/cpu/native/isa.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/parallel.hpp"
 #include "backend/cpu/relu.hpp"
@@ -32,7 +40,11 @@ constexpr std::size_t kAlignment = 64;
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options)
-      : index_(options.worker_index), threads_(cpu::resolve_threads(options.threads)) {}
+      : index_(options.worker_index),
+        threads_(cpu::resolve_threads(options.threads)),
+        native_(options.engine == "native") {
+    if (native_) direct_ = cpu::native::direct_conv_kernels<float>(cpu::native::chosen_isa());
+  }
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return fmt::format("cpu{}", index_); }
@@ -72,18 +84,29 @@ class CpuBackend final : public Backend {
   }
 
   std::size_t conv2d_workspace_floats(const Conv2dGeom& g) override {
+    if (direct(g)) return direct_.workspace(g, threads_);
     return cpu::conv2d_workspace_floats(g, threads_);
   }
   void conv2d_forward(const Conv2dGeom& g, const float* x, const float* weight, const float* bias,
                       float* y, float* workspace) override {
+    if (direct(g)) return direct_.forward(g, x, weight, bias, y, workspace, threads_);
     cpu::conv2d_forward(g, x, weight, bias, y, workspace, threads_);
+  }
+  void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                            const float* bias, float* y, float* sum, float* sumsq,
+                            float* workspace) override {
+    if (direct(g))
+      return direct_.forward_stats(g, x, weight, bias, y, sum, sumsq, workspace, threads_);
+    Backend::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
   }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
+    if (direct(g)) return direct_.backward_data(g, dy, weight, dx, workspace, threads_);
     cpu::conv2d_backward_data(g, dy, weight, dx, workspace, threads_);
   }
   void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy, float* dweight,
                                float* dbias, float* workspace) override {
+    if (direct(g)) return direct_.backward_weights(g, x, dy, dweight, dbias, workspace, threads_);
     cpu::conv2d_backward_weights(g, x, dy, dweight, dbias, workspace, threads_);
   }
 
@@ -133,6 +156,28 @@ class CpuBackend final : public Backend {
                                    threads_);
   }
 
+  bool fuses_conv_block(const PoolGeom& g) const override {
+    return native_ && cpu::native::conv_block_pool_supported(g);
+  }
+  void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
+                            const float* invstd, const float* gamma, const float* beta, float* y,
+                            uint8_t* mask) override {
+    cpu::native::bn_relu_pool_forward(g, x, mean, invstd, gamma, beta, y, mask, threads_);
+  }
+  void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                    const float* x, const float* mean, const float* invstd,
+                                    float* sum_dy, float* sum_dy_xhat) override {
+    cpu::native::bn_relu_pool_backward_reduce(g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat,
+                                              threads_);
+  }
+  void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                   const float* x, const float* mean, const float* invstd,
+                                   const float* gamma, const float* sum_dy,
+                                   const float* sum_dy_xhat, double count, float* dx) override {
+    cpu::native::bn_relu_pool_backward_apply(g, dy, mask, x, mean, invstd, gamma, sum_dy,
+                                             sum_dy_xhat, count, dx, threads_);
+  }
+
   void dense_forward(int n, int in, int out, const float* x, const float* weight, const float* bias,
                      float* y) override {
     cpu::dense_forward(n, in, out, x, weight, bias, y, threads_);
@@ -176,18 +221,32 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  bool direct(const Conv2dGeom& g) const { return native_ && cpu::native::direct_conv_supports(g); }
+
   int index_;
   int threads_;
+  bool native_;
+  cpu::native::DirectConvKernels<float> direct_{};
 };
 
 }  // namespace
 
+std::vector<std::string> cpu_engines() {
+#if defined(MNIST_WITH_BLAS)
+  return {"native", "blas"};
+#else
+  return {"native"};
+#endif
+}
+
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
-  if (options.engine != "native") {
+  const std::vector<std::string> engines = cpu_engines();
+  if (std::find(engines.begin(), engines.end(), options.engine) == engines.end()) {
     MNIST_THROW(RuntimeError,
-                "cpu{}: engine '{}' is not available on the CPU backend; allowed: native "
-                "(cublas and cudnn are CUDA engines)",
-                options.worker_index, options.engine);
+                "cpu{}: engine '{}' is not available on the CPU backend; allowed: {}{}",
+                options.worker_index, options.engine, fmt::join(engines, ", "),
+                options.engine == "blas" ? " (this build has no OpenBLAS)"
+                                         : " (cublas and cudnn are CUDA engines)");
   }
   if (options.threads < 0) {
     MNIST_THROW(RuntimeError, "cpu{}: threads = {} must be >= 0 (0 = all cores)",

@@ -94,14 +94,6 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, 
   gemm_portable(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-bool gemm_uses_blas() {
-#if defined(MNIST_WITH_BLAS)
-  return true;
-#else
-  return false;
-#endif
-}
-
 #define MNIST_INSTANTIATE(T)                                                                     \
   template void gemm<T>(bool, bool, int, int, int, T, const T*, int, const T*, int, T, T*, int); \
   template void gemm_portable<T>(bool, bool, int, int, int, T, const T*, int, const T*, int, T,  \

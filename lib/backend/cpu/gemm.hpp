@@ -21,7 +21,4 @@ template <class T>
 void gemm_portable(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
                    const T* b, int ldb, T beta, T* c, int ldc);
 
-// True when gemm goes through OpenBLAS in this build.
-bool gemm_uses_blas();
-
 }  // namespace mnist::cpu

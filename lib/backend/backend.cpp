@@ -1,0 +1,39 @@
+// Backend methods with a default: conv2d_forward_stats composes two calls; the fused block's,
+// which only some engines implement (see backend.hpp), refuse, naming the backend, so a model that
+// asked for a fused block where fuses_conv_block() said no fails loudly.
+#include "backend/backend.hpp"
+
+#include "core/error.hpp"
+
+namespace mnist {
+
+namespace {
+[[noreturn]] void no_fused_block(const Backend& b, const char* op) {
+  MNIST_THROW(RuntimeError, "{}: {} is not implemented by this engine (fuses_conv_block is false)",
+              b.name(), op);
+}
+}  // namespace
+
+void Backend::conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                                   const float* bias, float* y, float* sum, float* sumsq,
+                                   float* workspace) {
+  conv2d_forward(g, x, weight, bias, y, workspace);
+  batch_norm_stats(ChannelGeom{g.n, g.k, g.out_h * g.out_w}, y, sum, sumsq);
+}
+
+void Backend::bn_relu_pool_forward(const PoolGeom&, const float*, const float*, const float*,
+                                   const float*, const float*, float*, uint8_t*) {
+  no_fused_block(*this, "bn_relu_pool_forward");
+}
+void Backend::bn_relu_pool_backward_reduce(const PoolGeom&, const float*, const uint8_t*,
+                                           const float*, const float*, const float*, float*,
+                                           float*) {
+  no_fused_block(*this, "bn_relu_pool_backward_reduce");
+}
+void Backend::bn_relu_pool_backward_apply(const PoolGeom&, const float*, const uint8_t*,
+                                          const float*, const float*, const float*, const float*,
+                                          const float*, const float*, double, float*) {
+  no_fused_block(*this, "bn_relu_pool_backward_apply");
+}
+
+}  // namespace mnist
