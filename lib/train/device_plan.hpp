@@ -24,8 +24,8 @@ struct DevicePlan {
     return kind == DeviceKind::cuda ? static_cast<int>(gpus.size()) : cpu_workers;
   }
   BackendFactory factory() const;
-  // "cpu, 2 workers x 1 thread, engine native" or "cuda, GPUs [0, 1], engine native": the one wording of the
-  // plan, in --dry-run, the start lines and bench.
+  // "cpu, 2 workers x 1 thread, engine native" or "cuda, GPUs [0, 1], engine native": the one
+  // wording of the plan, in --dry-run, the start lines and bench.
   std::string describe() const;
   std::string describe_workers() const;  // CPU: "2 workers x 1 thread"
 };
