@@ -764,9 +764,10 @@ TrainConfig parse_train(const Reporter& r, const Section& top) {
               "the 'train' section is required (one of steps/epochs and one of "
               "batch_per_device/global_batch)");
   }
-  Section s = top.section(
-      "train", {"steps", "epochs", "batch_per_device", "global_batch", "log_every", "eval_every",
-                "eval_batch", "batch_norm", "scale_lr_with_devices", "watchdog_seconds"});
+  Section s =
+      top.section("train", {"steps", "epochs", "batch_per_device", "global_batch", "log_every",
+                            "eval_every", "eval_batch", "batch_norm", "scale_lr_with_devices",
+                            "watchdog_seconds", "log_after_update"});
   s.exactly_one("steps", "epochs");
   s.exactly_one("batch_per_device", "global_batch");
   s.integer("steps", t.steps, 1);
@@ -779,6 +780,7 @@ TrainConfig parse_train(const Reporter& r, const Section& top) {
   s.choice("batch_norm", t.batch_norm, kBatchNormModes);
   s.boolean("scale_lr_with_devices", t.scale_lr_with_devices);
   s.number("watchdog_seconds", t.watchdog_seconds, above(0));
+  s.boolean("log_after_update", t.log_after_update);
   return t;
 }
 
@@ -1217,6 +1219,7 @@ std::string to_yaml(const Experiment& e) {
   y << YAML::Key << "batch_norm" << YAML::Value << choice_name(kBatchNormModes, t.batch_norm);
   y << YAML::Key << "scale_lr_with_devices" << YAML::Value << boolean(t.scale_lr_with_devices);
   y << YAML::Key << "watchdog_seconds" << YAML::Value << num(t.watchdog_seconds);
+  y << YAML::Key << "log_after_update" << YAML::Value << boolean(t.log_after_update);
   y << YAML::EndMap;
 
   const OptimizerConfig& o = e.optimizer;

@@ -102,6 +102,10 @@ struct TrainConfig {
   BatchNormMode batch_norm = BatchNormMode::local;
   bool scale_lr_with_devices = false;  // linear scaling rule, off by default
   double watchdog_seconds = 300;       // a worker silent this long is reported as stalled
+  // The seed's display (TensorFlow 1): the logged loss and accuracy come from a second
+  // training-mode pass over the step's batch after its update, which (batch norm updating in
+  // place, as there) also moves the running statistics. Off: the step's own forward pass.
+  bool log_after_update = false;
 };
 
 enum class OptimizerKind { adam, sgd };

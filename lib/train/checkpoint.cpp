@@ -593,6 +593,8 @@ std::string math_config_text(const Experiment& e) {
   }
   line("train.batch_norm", t.batch_norm == BatchNormMode::local ? "local" : "sync");
   line("train.scale_lr_with_devices", boolean(t.scale_lr_with_devices));
+  // It moves the running statistics at logged steps; recorded only when on (added later).
+  if (t.log_after_update) line("train.log_after_update", "true");
   if (s.kind == ScheduleKind::cosine) {
     if (t.steps > 0) {
       line("train.steps", t.steps);

@@ -345,6 +345,13 @@ void Trainer::worker_main(int k) {
         else
           be.sgd_update(model_.param_count(), model_.decayed_count(), s, replica.params(),
                         replica.grads(), replica.moment1());
+        if (sh.want_metrics && experiment_.train.log_after_update) {
+          // TensorFlow 1's display in the seed: after the update, a second training-mode pass
+          // over the same batch (batch statistics and dropout; the running statistics move).
+          replica.reset_metrics();
+          replica.forward_loss(pass);
+          comm_.all_reduce_sum(k, be, replica.metrics(), kMetricSlots);
+        }
         if (k == 0 && sh.want_metrics)
           be.copy_to_host(sh.metrics, replica.metrics(), sizeof(sh.metrics));
         self.compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();

@@ -190,3 +190,49 @@ TEST_CASE("data.validation_size: load_dataset trains on the rest, and refuses to
                                                Contains(dir.file(kTrainImages)) &&
                                                Contains("holds 5 images"));
 }
+
+namespace {
+struct LossRecorder : RunObserver {
+  std::vector<double> losses;
+  void on_step(const StepRecord& r) override { losses.push_back(r.loss); }
+};
+struct Logged {
+  std::vector<double> losses;
+  std::vector<float> params, state;
+};
+Logged logged_run(int workers, const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = overrides;
+  all.push_back("devices.cpu_workers=" + std::to_string(workers));
+  all.push_back("train.log_every=1");
+  all.push_back("train.batch_norm=sync");
+  const Experiment e = parse_experiment(testing::small_network_yaml(), "display-test.yaml", all);
+  const Model model = Model::build(e.model);
+  static const Dataset data = testing::synthetic_dataset(480, 100);
+  ThreadCommunicator comm(workers);
+  Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), workers, comm);
+  LossRecorder rec;
+  trainer.run(rec);
+  return Logged{rec.losses, trainer.params(), trainer.state()};
+}
+}  // namespace
+
+TEST_CASE(
+    "log_after_update: the seed's display logs after the update and moves only the running "
+    "statistics",
+    "[augment][engine]") {
+  const Logged plain = logged_run(1, {"train.steps=6"});
+  const Logged after = logged_run(1, {"train.steps=6", "train.log_after_update=true"});
+  REQUIRE(after.losses.size() == 6);
+  // The weights follow the same gradients (a training pass's gradients do not read the running
+  // statistics); only the running statistics got the extra updates.
+  CHECK(after.params == plain.params);
+  CHECK(max_abs_diff(after.state, plain.state) > 1e-6);
+  // Each logged loss is measured after that step's update: lower than before it, on this task.
+  for (std::size_t i = 0; i < 6; ++i) {
+    INFO("step " << i + 1);
+    CHECK(after.losses[i] < plain.losses[i]);
+  }
+  // Split across workers the display pass sees the global batch, as one worker does.
+  const Logged two = logged_run(2, {"train.steps=6", "train.log_after_update=true"});
+  for (std::size_t i = 0; i < 6; ++i) CHECK(std::abs(two.losses[i] - after.losses[i]) < 1e-4);
+}

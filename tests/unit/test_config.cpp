@@ -112,6 +112,7 @@ void require_same(const Experiment& a, const Experiment& b) {
   CHECK(a.optimizer.beta2 == b.optimizer.beta2);
   CHECK(a.optimizer.epsilon == b.optimizer.epsilon);
   CHECK(a.optimizer.epsilon_style == b.optimizer.epsilon_style);
+  CHECK(a.train.log_after_update == b.train.log_after_update);
   CHECK(a.optimizer.momentum == b.optimizer.momentum);
   CHECK(a.optimizer.nesterov == b.optimizer.nesterov);
   CHECK(a.optimizer.weight_decay == b.optimizer.weight_decay);
