@@ -68,7 +68,8 @@ sanitizer_build() {
 emulated_job() {
   local dir="${EMU_BUILD_DIR:-$root/build-emu}"
   BUILD_DIR="$dir" scripts/build.sh -DMNIST_CUDA_EMULATION=ON
-  (cd "$dir" && ctest --output-on-failure --timeout 1200 -L emulated)
+  # In parallel: each case is one single-threaded process of fibers.
+  (cd "$dir" && ctest --output-on-failure --timeout 1200 -j "$(nproc)" -L emulated)
 }
 
 tsan_job() {

@@ -30,9 +30,6 @@
 
 #include "backend/cuda/emulation/runtime.hpp"
 
-#if MNIST_EMULATION_ASAN && !defined(BOOST_USE_ASAN)
-#define BOOST_USE_ASAN  // tells AddressSanitizer about every switch between fiber stacks
-#endif
 #include <sys/mman.h>
 
 #include <boost/context/fiber.hpp>
@@ -219,6 +216,7 @@ struct Block {
   void (*body)(void*) = nullptr;
   void* body_arg = nullptr;
   std::string error;
+  bool draining = false;  // after an error: synchronisation points return at once
 };
 
 inline thread_local Thread* running = nullptr;
@@ -245,6 +243,7 @@ inline std::string thread_text(const Thread& t) {
 
 inline void syncthreads(Site site) {
   if (!running) throw std::logic_error("__syncthreads() called outside a kernel");
+  if (running_block->draining) return;
   running->site = site;
   running->state = State::at_barrier;
   park();
@@ -257,6 +256,7 @@ inline std::uint64_t warp_exchange(WarpOp op, unsigned mask, std::uint64_t value
   if (!running) throw std::logic_error("warp operation called outside a kernel");
   Thread& self = *running;
   Block& b = *running_block;
+  if (b.draining) return value;
   const unsigned lane = self.linear % 32, warp = self.linear / 32, first = warp * 32;
   const unsigned lanes = std::min<unsigned>(32, static_cast<unsigned>(b.threads.size()) - first);
   const char* name = op == WarpOp::shuffle  ? "__shfl_*_sync"
@@ -308,7 +308,7 @@ inline std::uint64_t warp_exchange(WarpOp op, unsigned mask, std::uint64_t value
     arrived &= ~mask;
   }
   park();
-  return self.result;
+  return b.draining ? value : self.result;
 }
 
 inline void poison_shared() {
@@ -350,6 +350,24 @@ inline std::string stuck_reason(const Block& b) {
     }
   }
   return {};
+}
+
+// After an error, the threads still parked run to their end with every synchronisation point
+// returning at once (their results are discarded: the launch has failed). Destroying a parked
+// fiber instead would unwind its stack with an exception, which AddressSanitizer cannot follow
+// across Boost.Context's stack switches (false reports). A thread that does not end within a
+// bound is unwound after all.
+inline void drain(Block& b) {
+  b.draining = true;
+  for (Thread& t : b.threads) {
+    for (int step = 0; step < 1000000 && t.state != State::returned && t.fiber; ++step) {
+      running = &t;
+      threadIdx = t.index;
+      t.fiber = std::move(t.fiber).resume();
+      running = nullptr;
+    }
+    t.fiber = ctx::fiber();
+  }
 }
 
 inline void run_block(Block& b, const Schedule& schedule, std::mt19937& rng) {
@@ -419,7 +437,7 @@ inline void run_block(Block& b, const Schedule& schedule, std::mt19937& rng) {
       }
     }
   }
-  for (Thread& t : b.threads) t.fiber = ctx::fiber();  // unwinds the fibers an error left parked
+  if (!b.error.empty()) drain(b);
   running_block = nullptr;
 }
 
