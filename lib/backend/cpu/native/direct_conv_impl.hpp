@@ -438,13 +438,14 @@ double fma_probe(long iterations) {
   using V = S::V;
   constexpr int kChains = 12;
   V acc[kChains];
-  const V a = S::splat(0.999999f), b = S::splat(1e-7f);
+  V a = S::splat(0.999999f), b = S::splat(1e-7f);
+  // Opaque factors, so nothing is folded at compile time. No barrier inside the loop: one on the
+  // accumulators kept them in memory, and the probe measured store-to-load latency, not FMAs.
+  __asm__ volatile("" : "+x"(a), "+x"(b));
   for (int c = 0; c < kChains; ++c) acc[c] = S::splat(static_cast<float>(c));
   for (long i = 0; i < iterations; ++i) {
 #pragma GCC unroll 12
     for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * a + b;
-    // Keeps the compiler from collapsing the chains (their values are observed below).
-    __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[5]), "+x"(acc[11]));
   }
   float sink = 0;
   for (int c = 0; c < kChains; ++c) sink += S::sum(acc[c]);
