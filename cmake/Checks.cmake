@@ -27,6 +27,10 @@ if(MNIST_SANITIZE)
     message(FATAL_ERROR "MNIST_SANITIZE needs -DMNIST_CUDA=OFF -DMNIST_MPI=OFF (sanitized builds are CPU-only)")
   endif()
   set(flags "-fsanitize=${MNIST_SANITIZE};-fno-omit-frame-pointer;-g")
+  # GCC 12's flow analysis on ASan-instrumented code reports -Wmaybe-uninitialized inside
+  # libstdc++'s <regex> (std::function members of its NFA states), a false positive in a system
+  # header; it stays a warning there instead of failing the -Werror build.
+  list(APPEND flags "-Wno-error=maybe-uninitialized")
   if("undefined" IN_LIST wanted)
     # A UB finding fails the test that caused it instead of scrolling past in the log.
     list(APPEND flags "-fno-sanitize-recover=undefined")
