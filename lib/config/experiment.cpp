@@ -292,9 +292,12 @@ class Section {
       r_.fail_value(node_, path_, fmt::format("must be a map with keys: {}", join(known_)));
     }
     for (auto it = node_.begin(); it != node_.end(); ++it) {
-      const YAML::Node& key = it->first;
+      // Copies, not references: yaml-cpp's iterator returns its pair through a temporary proxy,
+      // so a reference to it->first dangles after this statement (AddressSanitizer:
+      // stack-use-after-scope).
+      const YAML::Node key = it->first;
       if (!key.IsScalar()) r_.fail_value(key, path_, "map keys must be plain words");
-      const std::string& name = key.Scalar();
+      const std::string name = key.Scalar();
       for (const auto& e : entries_) {
         if (e.name == name) {
           r_.fail_at(key.Mark(), child(name),
