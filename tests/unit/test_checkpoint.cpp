@@ -47,7 +47,9 @@ Experiment experiment_without_last_bias() {
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp must not see the null data() of an empty vector, even for 0 bytes (UBSan).
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 std::string read_bytes(const std::string& path) {

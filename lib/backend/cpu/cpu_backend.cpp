@@ -65,11 +65,13 @@ class CpuBackend final : public Backend {
     return p;
   }
   void release(void* ptr) noexcept override { std::free(ptr); }
+  // Zero-byte copies may come with null pointers (an empty vector's data()); memcpy must not see
+  // them even then.
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
+    if (bytes > 0) std::memcpy(dst, src, bytes);
   }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
+    if (bytes > 0) std::memcpy(dst, src, bytes);
   }
   void copy_on_device(void* dst, const void* src, std::size_t bytes) override {
     std::memmove(dst, src, bytes);
