@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/json.hpp"
+#include "support/idx_writer.hpp"
 #include "support/python.hpp"
 
 namespace fs = std::filesystem;
@@ -62,28 +63,19 @@ double number(const mnist::json::Value& v) {
   return std::stod(v.text);
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("mnist-train-outputs-" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 }  // namespace
 
 TEST_CASE("a pipe gets the log lines alone, --progress always draws the live line", "[outputs]") {
-  TempDir tmp("progress");
-  const Result piped = train(tmp.path / "piped", "");
+  const mnist::test::ScratchDir scratch;
+  const fs::path dir = scratch.path();
+  const Result piped = train(dir / "piped", "");
   INFO(piped.out);
   REQUIRE(piped.code == 0);
   CHECK(piped.out.find('\r') == std::string::npos);
   CHECK(piped.out.find("\x1b[K") == std::string::npos);
   CHECK(piped.out.find("step 20/20") != std::string::npos);  // the log line
 
-  const Result drawn = train(tmp.path / "drawn", "--progress always");
+  const Result drawn = train(dir / "drawn", "--progress always");
   INFO(drawn.out);
   REQUIRE(drawn.code == 0);
   CHECK(drawn.out.find("\r\x1b[Kstep 20/20 [########################] 100%") != std::string::npos);
@@ -95,19 +87,20 @@ TEST_CASE("a pipe gets the log lines alone, --progress always draws the live lin
     const std::size_t before = log - 9;  // "[hh:mm:ss" starts here
     CHECK((before == 0 || (before >= 4 && line.compare(before - 4, 4, "\r\x1b[K") == 0)));
   }
-  CHECK(train(tmp.path / "bad", "--progress sometimes").code == 2);
+  CHECK(train(dir / "bad", "--progress sometimes").code == 2);
 }
 
 TEST_CASE("TensorBoard event files decode with protobuf and match metrics.jsonl", "[outputs]") {
   const std::string python = mnist::test::find_python("google.protobuf");
   INFO("no python3 with google.protobuf (scripts/setup.sh installs python3-protobuf)");
   REQUIRE(!python.empty());
-  TempDir tmp("tensorboard");
-  const Result run = train(tmp.path / "run", "--set output.tensorboard=true");
+  const mnist::test::ScratchDir scratch;
+  const fs::path dir = scratch.path();
+  const Result run = train(dir / "run", "--set output.tensorboard=true");
   INFO(run.out);
   REQUIRE(run.code == 0);
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(tmp.path / "run" / "tb"))
+  for (const auto& entry : fs::directory_iterator(dir / "run" / "tb"))
     if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
       files.push_back(entry.path());
   REQUIRE(files.size() == 1);
@@ -132,7 +125,7 @@ TEST_CASE("TensorBoard event files decode with protobuf and match metrics.jsonl"
       events[static_cast<int64_t>(number(member(e, "step")))][tag] = number(value);
   }
   CHECK(version_events == 1);
-  std::ifstream jsonl(tmp.path / "run" / "metrics.jsonl");
+  std::ifstream jsonl(dir / "run" / "metrics.jsonl");
   for (std::string line; std::getline(jsonl, line);) {
     const mnist::json::Value m = mnist::json::parse(line, "metrics.jsonl");
     const auto step = static_cast<int64_t>(number(member(m, "step")));
@@ -163,13 +156,14 @@ TEST_CASE("scripts/plot_run.py draws two runs into one PNG", "[outputs]") {
   const std::string python = mnist::test::find_python("matplotlib");
   INFO("no python3 with matplotlib (scripts/setup.sh installs python3-matplotlib)");
   REQUIRE(!python.empty());
-  TempDir tmp("plot");
-  REQUIRE(train(tmp.path / "a", "").code == 0);
-  REQUIRE(train(tmp.path / "b", "--set optimizer.lr=0.01").code == 0);
-  const fs::path png = tmp.path / "runs.png";
-  const Result plot = shell("'" + python + "' '" MNIST_SOURCE_DIR "/scripts/plot_run.py' '" +
-                            (tmp.path / "a").string() + "' '" + (tmp.path / "b").string() +
-                            "' -o '" + png.string() + "' 2>&1");
+  const mnist::test::ScratchDir scratch;
+  const fs::path dir = scratch.path();
+  REQUIRE(train(dir / "a", "").code == 0);
+  REQUIRE(train(dir / "b", "--set optimizer.lr=0.01").code == 0);
+  const fs::path png = dir / "runs.png";
+  const Result plot =
+      shell("'" + python + "' '" MNIST_SOURCE_DIR "/scripts/plot_run.py' '" + (dir / "a").string() +
+            "' '" + (dir / "b").string() + "' -o '" + png.string() + "' 2>&1");
   INFO(plot.out);
   REQUIRE(plot.code == 0);
   CHECK(plot.out.find("(2 runs)") != std::string::npos);
@@ -186,7 +180,7 @@ TEST_CASE("scripts/plot_run.py draws two runs into one PNG", "[outputs]") {
   CHECK(be32(20) == 420);
   // A folder that is not a run is refused by name.
   const Result bad = shell("'" + python + "' '" MNIST_SOURCE_DIR "/scripts/plot_run.py' '" +
-                           tmp.path.string() + "' -o '" + png.string() + "' 2>&1");
+                           dir.string() + "' -o '" + png.string() + "' 2>&1");
   CHECK(bad.code != 0);
   CHECK(bad.out.find("no metrics.jsonl") != std::string::npos);
 }
