@@ -192,6 +192,23 @@ class DropoutLayer final : public Layer {
 // Batch norm over (n, h, w) per channel. Training uses the batch's statistics (this slice's, or
 // the global batch's when ctx.all_reduce_sum is set) and updates the running statistics in place;
 // evaluation uses the running statistics.
+// The batch-norm steps BatchNormLayer and ConvBlockLayer share around their own kernels.
+// The normalisation group's size: this slice, or the global batch with sync batch norm.
+double batch_norm_group_count(const PassContext& ctx, int plane) {
+  const int n = ctx.all_reduce_sum ? ctx.global_n : ctx.n;
+  return static_cast<double>(n) * plane;
+}
+
+// `sums` holds this slice's per-channel [sum, sum of squares]: summed over the replicas with sync
+// batch norm, then turned into mean / invstd and folded into the running statistics.
+void finalize_batch_norm_stats(Backend& be, const PassContext& ctx, const LayerSpec& s, int c,
+                               int plane, DeviceBuffer<float>& sums, float* mean, float* invstd,
+                               float* running_mean, float* running_var) {
+  if (ctx.all_reduce_sum) ctx.all_reduce_sum(sums.data(), sums.size());
+  be.batch_norm_finalize(c, batch_norm_group_count(ctx, plane), sums.data(), sums.data() + c,
+                         s.epsilon, s.decay, mean, invstd, running_mean, running_var);
+}
+
 class BatchNormLayer final : public Layer {
  public:
   BatchNormLayer(const Model& m, const LayerPlan& p, const LayerBinding& b, int max_batch)
@@ -204,22 +221,18 @@ class BatchNormLayer final : public Layer {
  private:
   int channels() const { return plan_.in.c; }
   ChannelGeom geom(int n) const { return ChannelGeom{n, plan_.in.c, plan_.in.h * plan_.in.w}; }
-  // The normalisation group's size: this slice, or the global batch with sync batch norm.
   double group_count(const PassContext& ctx) const {
-    const int n = ctx.all_reduce_sum ? ctx.global_n : ctx.n;
-    return static_cast<double>(n) * plan_.in.h * plan_.in.w;
+    return batch_norm_group_count(ctx, plan_.in.h * plan_.in.w);
   }
 
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     const int c = channels();
     const LayerSpec& s = plan_.spec;
     if (ctx.training) {
-      float* sum = sums_.data();
-      float* sumsq = sums_.data() + c;
-      be().batch_norm_stats(geom(ctx.n), x, sum, sumsq);
-      if (ctx.all_reduce_sum) ctx.all_reduce_sum(sums_.data(), sums_.size());
-      be().batch_norm_finalize(c, group_count(ctx), sum, sumsq, s.epsilon, s.decay, mean_.data(),
-                               invstd_.data(), state(plan_.running_mean), state(plan_.running_var));
+      be().batch_norm_stats(geom(ctx.n), x, sums_.data(), sums_.data() + c);
+      finalize_batch_norm_stats(be(), ctx, s, c, plan_.in.h * plan_.in.w, sums_, mean_.data(),
+                                invstd_.data(), state(plan_.running_mean),
+                                state(plan_.running_var));
     } else {
       be().batch_norm_inference_params(c, state(plan_.running_mean), state(plan_.running_var),
                                        s.epsilon, mean_.data(), invstd_.data());
@@ -275,22 +288,19 @@ class ConvBlockLayer final : public Layer {
  private:
   int channels() const { return plan_.out.c; }
   double group_count(const PassContext& ctx) const {
-    const int n = ctx.all_reduce_sum ? ctx.global_n : ctx.n;
-    return static_cast<double>(n) * plan_.out.h * plan_.out.w;
+    return batch_norm_group_count(ctx, plan_.out.h * plan_.out.w);
   }
 
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     const int c = channels();
     const LayerSpec& s = bn_.spec;
-    float* sum = sums_.data();
-    float* sumsq = sums_.data() + c;
     if (ctx.training) {
       // The statistics are taken by the convolution while its output is in cache.
       be().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
-                                param(plan_.bias), conv_out_.data(), sum, sumsq, bind_.workspace);
-      if (ctx.all_reduce_sum) ctx.all_reduce_sum(sums_.data(), sums_.size());
-      be().batch_norm_finalize(c, group_count(ctx), sum, sumsq, s.epsilon, s.decay, mean_.data(),
-                               invstd_.data(), state(bn_.running_mean), state(bn_.running_var));
+                                param(plan_.bias), conv_out_.data(), sums_.data(), sums_.data() + c,
+                                bind_.workspace);
+      finalize_batch_norm_stats(be(), ctx, s, c, plan_.out.h * plan_.out.w, sums_, mean_.data(),
+                                invstd_.data(), state(bn_.running_mean), state(bn_.running_var));
     } else {
       be().conv2d_forward(conv2d_geom(plan_, ctx.n), x, param(plan_.weight), param(plan_.bias),
                           conv_out_.data(), bind_.workspace);
