@@ -317,24 +317,25 @@ inline ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return ncclInProgress;
 }
 
-inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  namespace d = mnist::cuda::emulation::detail;
+namespace mnist::cuda::emulation::detail {
+// Destroy and abort end a rank the same way here: it leaves its clique (whose waiting peers then
+// fail, naming `how`) and is freed. NCCL's difference, abort not waiting for pending work, has
+// nothing to act on when every operation completes before its call returns.
+inline ncclResult_t release_comm(ncclComm_t comm, const char* how) {
   if (!comm) return ncclSuccess;
   {
-    std::lock_guard<std::mutex> lock(d::nccl().mutex);
-    d::leave_clique(comm, "destroyed");
+    std::lock_guard<std::mutex> lock(nccl().mutex);
+    leave_clique(comm, how);
   }
   delete comm;
   return ncclSuccess;
 }
+}  // namespace mnist::cuda::emulation::detail
+
+inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return mnist::cuda::emulation::detail::release_comm(comm, "destroyed");
+}
 
 inline ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  namespace d = mnist::cuda::emulation::detail;
-  if (!comm) return ncclSuccess;
-  {
-    std::lock_guard<std::mutex> lock(d::nccl().mutex);
-    d::leave_clique(comm, "aborted");
-  }
-  delete comm;
-  return ncclSuccess;
+  return mnist::cuda::emulation::detail::release_comm(comm, "aborted");
 }
