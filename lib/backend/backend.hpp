@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 #include "core/rng.hpp"
 
 namespace mnist {

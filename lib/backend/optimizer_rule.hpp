@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 #include "core/host_device.hpp"
 
 namespace mnist {

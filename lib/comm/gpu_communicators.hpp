@@ -2,7 +2,8 @@
 // Communicators between GPU workers, behind factories with no CUDA or NCCL type in sight, so the
 // CPU-only parts of the tool (device planning, the CLI, unit tests) can ask for them. The
 // implementations live in nccl_communicator.cu (built with NCCL) and device_communicator.cu (built
-// with CUDA); gpu_communicators_stub.cpp supplies factories that throw a clear error otherwise.
+// with CUDA); nccl_unavailable.cpp and device_communicator_unavailable.cpp stand in for them in
+// builds without those parts, with factories that throw a clear error.
 //
 // Both follow comm/communicator.hpp: worker k calls all_reduce_sum(k, its backend, its device
 // buffer, count) and every buffer then holds the element-wise sum. Neither waits on the host for

@@ -1,11 +1,13 @@
 #pragma once
 // All-reduce between worker threads of one process whose buffers are host memory (CPU backend).
 //
-// Each call is a reduce-scatter and all-gather in place: after every worker has published its
-// buffer, worker r owns chunk r of the vector, sums that chunk over all buffers in a fixed worker
-// order (so results do not depend on timing) and writes the sum back into every buffer. Two
-// barriers per call; no copies beyond the sums themselves. An optional upper level (MPI) reduces
-// across processes between the two phases.
+// Each call reduces into worker 0's buffer, then every other worker copies the sum back: after
+// every worker has published its buffer, worker r sums its chunk r of the vector over all buffers
+// in the fixed worker order 0, 1, ... (so results do not depend on timing) and writes it into
+// worker 0's buffer; once all chunks are done each worker copies the whole sum into its own
+// buffer. Three barriers per call (four with the upper level): publish, sum complete, copies done.
+// An optional upper level (MPI) sums worker 0's buffer across processes between the chunk sums and
+// the copy-back.
 
 #include <atomic>
 #include <condition_variable>

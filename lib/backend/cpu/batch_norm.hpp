@@ -9,7 +9,7 @@
 // contiguous ranges (each channel summed by one thread in a fixed order); apply steps split the n*c
 // planes.
 
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cpu {
 

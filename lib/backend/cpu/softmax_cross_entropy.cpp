@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "backend/cpu/parallel.hpp"
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 #include "core/error.hpp"
 
 namespace mnist::cpu {

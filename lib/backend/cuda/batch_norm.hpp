@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/channel_reduce.cuh"
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 

@@ -16,11 +16,11 @@
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 
-// ChannelGeom::count() is host-only (geometry.hpp is plain C++); kernels use this twin.
+// ChannelGeom::count() is host-only (kernel_args.hpp is plain C++); kernels use this twin.
 __host__ __device__ __forceinline__ std::size_t values_per_channel(const ChannelGeom& g) {
   return static_cast<std::size_t>(g.n) * static_cast<std::size_t>(g.hw);
 }

@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "backend/backend.hpp"
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 

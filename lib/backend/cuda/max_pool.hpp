@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 

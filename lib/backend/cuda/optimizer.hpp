@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 

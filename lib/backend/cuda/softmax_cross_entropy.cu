@@ -9,7 +9,7 @@
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 namespace {

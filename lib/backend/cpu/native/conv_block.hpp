@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "backend/geometry.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cpu::native {
 

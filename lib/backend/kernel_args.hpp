@@ -1,5 +1,6 @@
 #pragma once
-// Plain shape descriptions shared by the CPU and CUDA kernels. Layout is always NCHW.
+// Kernel arguments shared by the CPU and CUDA kernels: the shapes of a convolution, a pooling and a
+// per-channel reduction, and one optimizer step's hyper-parameters. Layout is always NCHW.
 
 #include <cstddef>
 #include <cstdint>

@@ -1,17 +1,14 @@
-// The GPU communicator factories for builds that lack their part: a clear error instead of a
-// silent fallback. Compiled always (lib/CMakeLists.txt globs comm/*.cpp into mnist_core); each
-// half switches itself off when the real implementation is built.
-#include "build_info.hpp"
+// Built only when NCCL is not (lib/CMakeLists.txt): the NCCL communicator factories throw a clear
+// error instead of falling back silently to something slower or wrong.
 #include "comm/gpu_communicators.hpp"
 #include "core/error.hpp"
 
 namespace mnist {
 
 bool nccl_available() {
-  return MNIST_HAVE_NCCL != 0;
+  return false;
 }
 
-#if !MNIST_HAVE_NCCL
 namespace {
 [[noreturn]] void throw_no_nccl(const std::vector<int>& gpus) {
   std::string list;
@@ -37,15 +34,5 @@ std::unique_ptr<Communicator> make_nccl_communicator(const std::vector<int>& gpu
                                                      const NcclIdBytes&, int, int) {
   throw_no_nccl(gpus);
 }
-#endif
-
-#if !MNIST_HAVE_CUDA
-std::unique_ptr<Communicator> make_device_communicator(int gpu, int workers) {
-  MNIST_THROW(RuntimeError,
-              "{} workers on GPU {}: this mnist-train was built without CUDA (MNIST_CUDA=OFF or no "
-              "toolkit at build time); set devices.backend: cpu",
-              workers, gpu);
-}
-#endif
 
 }  // namespace mnist
