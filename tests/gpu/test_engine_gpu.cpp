@@ -290,3 +290,24 @@ TEST_CASE("50 steps on the GPU follow the CPU's loss curve from the same initial
   CHECK(gpu.losses.back() < 0.85 * gpu.losses.front());
   CHECK(std::abs(cpu.eval.accuracy - gpu.eval.accuracy) <= 0.03);
 }
+
+TEST_CASE("a label outside the classes is the CPU backend's DataError on the GPU, not a NaN loss",
+          "[gpu][engine]") {
+  // The CUDA loss kernel cannot throw; the worker checks the labels at set-up for every backend,
+  // so this run fails as its CPU twin in tests/unit/test_trainer.cpp does, before any step.
+  const Experiment e =
+      parse_experiment(testing::small_network_yaml(), "label-gpu-test.yaml", on_gpus("0, 0", {}));
+  const Model model = Model::build(e.model);
+  Dataset data = testing::synthetic_dataset(480, 100);
+  data.train.labels[300] = 11;
+  std::string why;
+  const DevicePlan plan = plan_devices(e.devices, visible_gpus(e.devices, &why), why);
+  auto start = [&] {
+    const std::unique_ptr<Communicator> comm = make_communicator(plan);
+    Trainer trainer(e, model, data, plan.factory(), plan.workers(), *comm);
+  };
+  REQUIRE_THROWS_AS(start(), DataError);
+  REQUIRE_THROWS_WITH(start(), Catch::Contains("gpu") && Catch::Contains("phase 'setup'") &&
+                                   Catch::Contains("label 11 of training image 300") &&
+                                   Catch::Contains("10 classes"));
+}

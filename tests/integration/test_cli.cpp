@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/idx_writer.hpp"
+
 namespace {
 
 struct Result {
@@ -157,4 +159,29 @@ TEST_CASE("an override of one exclusive key replaces the other, and --unset remo
   r = run_cli("--config configs/seed_single_gpu.yaml --dry-run --unset train.nothing");
   CHECK(r.code == 2);
   CHECK(r.output.find("--unset 'train.nothing'") != std::string::npos);
+}
+
+TEST_CASE("a label beyond model.classes in an IDX file is a data error (exit 2) naming it",
+          "[cli]") {
+  // 64 training images whose 38th label is 10, with 10 classes: the file, the label, its byte
+  // offset (8 header bytes + index 37) and the rule are named, whichever backend would train.
+  mnist::test::ScratchDir dir;
+  std::vector<uint8_t> labels(64);
+  for (int i = 0; i < 64; ++i) labels[i] = static_cast<uint8_t>(i % 10);
+  labels[37] = 10;
+  mnist::test::write_idx_images(dir.file("train-images-idx3-ubyte"), 64, 28, 28,
+                                std::vector<uint8_t>(64 * 28 * 28, 7));
+  mnist::test::write_idx_labels(dir.file("train-labels-idx1-ubyte"), labels);
+  mnist::test::write_idx_images(dir.file("t10k-images-idx3-ubyte"), 16, 28, 28,
+                                std::vector<uint8_t>(16 * 28 * 28, 7));
+  mnist::test::write_idx_labels(dir.file("t10k-labels-idx1-ubyte"), std::vector<uint8_t>(16, 1));
+  const Result r =
+      run_cli("--config configs/cpu_quickstart.yaml --set data.dataset=custom --set data.dir=" +
+              dir.path() + " --set train.steps=2 --set output.dir=" + dir.file("run"));
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("data error") != std::string::npos);
+  CHECK(r.output.find(dir.file("train-labels-idx1-ubyte")) != std::string::npos);
+  CHECK(r.output.find("label 10 at byte offset 45") != std::string::npos);
+  CHECK(r.output.find("0..9") != std::string::npos);
 }

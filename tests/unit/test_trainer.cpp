@@ -159,3 +159,54 @@ TEST_CASE("a stalled worker is reported by the watchdog instead of hanging", "[e
       Catch::Contains("stalled") && Catch::Contains("forward") && Catch::Contains("step 4"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
 }
+
+TEST_CASE("a worker's DataError or ConfigError keeps its kind, with worker, step and phase added",
+          "[engine]") {
+  // main() maps DataError and ConfigError to exit 2: an error raised inside a worker thread must
+  // reach it as the same type, not as a generic runtime failure (exit 1).
+  TrainerOptions bad_data;
+  bad_data.phase_hook = [](int worker, int64_t step, Phase phase) {
+    if (worker == 1 && step == 2 && phase == Phase::data)
+      throw DataError("'labels.idx': label 12 at byte offset 20");
+  };
+  REQUIRE_THROWS_AS(train("", {"train.steps=10"}, 2, bad_data), DataError);
+  REQUIRE_THROWS_WITH(train("", {"train.steps=10"}, 2, bad_data),
+                      Catch::StartsWith("cpu1 failed at step 3 in phase 'data': ") &&
+                          Catch::EndsWith("'labels.idx': label 12 at byte offset 20"));
+  TrainerOptions bad_config;
+  bad_config.phase_hook = [](int worker, int64_t, Phase phase) {
+    if (worker == 0 && phase == Phase::setup) throw ConfigError("devices.threads: -1");
+  };
+  REQUIRE_THROWS_AS(train("", {}, 2, bad_config), ConfigError);
+  REQUIRE_THROWS_WITH(train("", {}, 2, bad_config),
+                      Catch::Contains("failed at step 1 in phase 'setup': devices.threads: -1"));
+  // Anything else is a runtime failure (exit 1), and a divergence stays a divergence (exit 4).
+  TrainerOptions diverged;
+  diverged.phase_hook = [](int, int64_t step, Phase phase) {
+    if (step == 1 && phase == Phase::update) throw DivergenceError("loss is nan");
+  };
+  REQUIRE_THROWS_AS(train("", {"train.steps=5"}, 1, diverged), DivergenceError);
+}
+
+TEST_CASE("a label outside the classes stops training with a DataError before any step",
+          "[engine]") {
+  // The CPU loss kernel would throw on it and the CUDA kernel would give a NaN loss; the worker's
+  // check at set-up gives both backends this error (tests/gpu has the CUDA twin of this case).
+  const Experiment e =
+      parse_experiment(testing::small_network_yaml(), "label-test.yaml", {"devices.cpu_workers=2"});
+  const Model model = Model::build(e.model);
+  Dataset data = testing::synthetic_dataset(480, 100);
+  data.train.labels[300] = 11;
+  int steps_started = 0;
+  TrainerOptions options;
+  options.phase_hook = [&](int, int64_t, Phase phase) { steps_started += phase == Phase::data; };
+  auto start = [&] {
+    ThreadCommunicator comm(2);
+    Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), 2, comm, 0, options);
+  };
+  REQUIRE_THROWS_AS(start(), DataError);
+  REQUIRE_THROWS_WITH(start(), Catch::Contains("phase 'setup'") &&
+                                   Catch::Contains("label 11 of training image 300") &&
+                                   Catch::Contains("10 classes"));
+  CHECK(steps_started == 0);
+}
