@@ -73,7 +73,9 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
                                     devices.gpus.begin() + (group.local_rank() + 1) * each);
   }
   const auto load_start = std::chrono::steady_clock::now();
-  const Dataset data = load_dataset(experiment.data, experiment.model.classes);
+  const auto shared_data =
+      std::make_shared<const Dataset>(load_dataset(experiment.data, experiment.model.classes));
+  const Dataset& data = *shared_data;
   log->info("data: {} ({} train / {} test images of {}x{}, read in {:.2f} s){}", data.name,
             data.train.count, data.test.count, data.train.rows, data.train.cols,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
@@ -148,8 +150,8 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
     result.checkpoint = save(*trainer_ptr);
     if (rank0) log->info("checkpoint {}", result.checkpoint);
   };
-  std::unique_ptr<Communicator> comm = make_run_communicator(devices, group);
-  Trainer trainer(experiment, model, data, devices.factory(), devices.workers(), *comm,
+  const std::shared_ptr<Communicator> comm = make_run_communicator(devices, group);
+  Trainer trainer(experiment, model, shared_data, devices.factory(), devices.workers(), comm,
                   group.rank() * devices.workers(), trainer_options);
   trainer_ptr = &trainer;
   const BatchPlan& plan = trainer.plan();

@@ -76,21 +76,20 @@ struct Trainer::Shared {
   int first_replica = 0;
 };
 
-Trainer::Trainer(const Experiment& experiment, const Model& model, const Dataset& data,
-                 BackendFactory factory, int local_workers, Communicator& comm, int first_replica,
-                 TrainerOptions options)
-    : inputs_(
-          RunInputs::make(experiment, model,
-                          std::shared_ptr<const Dataset>(std::shared_ptr<const Dataset>(), &data),
-                          std::shared_ptr<Communicator>(std::shared_ptr<Communicator>(), &comm),
-                          comm.global_size())),
+Trainer::Trainer(const Experiment& experiment, const Model& model,
+                 std::shared_ptr<const Dataset> data, BackendFactory factory, int local_workers,
+                 std::shared_ptr<Communicator> comm, int first_replica, TrainerOptions options)
+    : inputs_(RunInputs::make(experiment, model, std::move(data), comm,
+                              comm ? comm->global_size() : 0)),
       plan_(inputs_->plan),
       local_workers_(local_workers),
       shared_(std::make_shared<Shared>()) {
   MNIST_CHECK(local_workers >= 1, "need at least one worker, got {}", local_workers);
-  MNIST_CHECK(comm.local_size() == local_workers, "communicator has {} local workers, trainer {}",
-              comm.local_size(), local_workers);
-  sampler_ = std::make_unique<EpochSampler>(data.train.count, experiment.seed);
+  MNIST_CHECK(inputs_->comm, "a trainer needs a communicator");
+  MNIST_CHECK(inputs_->comm->local_size() == local_workers,
+              "communicator has {} local workers, trainer {}", inputs_->comm->local_size(),
+              local_workers);
+  sampler_ = std::make_unique<EpochSampler>(inputs_->data->train.count, experiment.seed);
   Shared& sh = *shared_;
   sh.inputs = inputs_;
   sh.factory = std::move(factory);
@@ -153,12 +152,15 @@ void Trainer::dispatch(int job) {
   lock.unlock();
   if (inputs_->comm) inputs_->comm->abort();
   sh.work_cv.notify_all();
-  // Workers blocked in a collective were woken by abort(); give each a moment, and leave behind
-  // (detached) any that is stuck inside a device call.
+  // Workers blocked in a collective were woken by abort(); give each as long as the watchdog gave
+  // it (1 to 10 s) to leave its phase, and leave behind (detached) any still stuck inside a device
+  // call. Such a thread owns all it can touch (`keep` in worker_main): when its call returns it
+  // meets the aborted communicator, ends, and frees what it held.
+  const auto grace = std::chrono::duration<double>(std::clamp(watchdog, 1.0, 10.0));
   for (std::size_t k = 0; k < sh.threads.size(); ++k) {
     std::thread& t = sh.threads[k];
     if (!t.joinable()) continue;
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    const auto deadline = Clock::now() + grace;
     while (sh.status[k].current() != Phase::idle && Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (sh.status[k].current() == Phase::idle)

@@ -109,9 +109,13 @@ struct TrainerOptions {
 class Trainer {
  public:
   // `first_replica`: global index of this process's first worker (MPI rank * local workers).
-  Trainer(const Experiment& experiment, const Model& model, const Dataset& data,
-          BackendFactory factory, int local_workers, Communicator& comm, int first_replica = 0,
-          TrainerOptions options = {});
+  // The experiment and model are copied; the dataset and communicator are shared with the worker
+  // threads, which own everything they touch (a worker the watchdog leaves behind may outlive the
+  // Trainer and its caller's objects). Build `comm` before the Trainer (NCCL sets every rank up
+  // before the first collective).
+  Trainer(const Experiment& experiment, const Model& model, std::shared_ptr<const Dataset> data,
+          BackendFactory factory, int local_workers, std::shared_ptr<Communicator> comm,
+          int first_replica = 0, TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -86,6 +86,7 @@ std::shared_ptr<const RunInputs> RunInputs::make(const Experiment& experiment, c
                                                  std::shared_ptr<const Dataset> data,
                                                  std::shared_ptr<Communicator> comm, int replicas) {
   MNIST_CHECK(data != nullptr, "a run needs a dataset");
+  MNIST_CHECK(replicas >= 1, "a run needs at least one replica, got {}", replicas);
   auto inputs = std::make_shared<RunInputs>();
   inputs->experiment = experiment;
   inputs->model = model;

@@ -47,11 +47,12 @@ Run train(const std::vector<std::string>& overrides, TrainerOptions options = {}
   const Experiment e =
       parse_experiment(testing::small_network_yaml(), "engine-gpu-test.yaml", overrides);
   const Model model = Model::build(e.model);
-  static const Dataset data = testing::synthetic_dataset(480, 100);
+  static const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(480, 100));
   std::string why;
   const DevicePlan plan = plan_devices(e.devices, visible_gpus(e.devices, &why), why);
   if (!comm) comm = make_communicator(plan);
-  Trainer trainer(e, model, data, plan.factory(), plan.workers(), *comm, 0, std::move(options));
+  Trainer trainer(e, model, data, plan.factory(), plan.workers(), std::move(comm), 0,
+                  std::move(options));
   Recorder rec;
   const TrainSummary s = trainer.run(rec);
   return Run{trainer.params(), trainer.state(), rec.losses, s.final_eval};
@@ -303,8 +304,8 @@ TEST_CASE("a label outside the classes is the CPU backend's DataError on the GPU
   std::string why;
   const DevicePlan plan = plan_devices(e.devices, visible_gpus(e.devices, &why), why);
   auto start = [&] {
-    const std::unique_ptr<Communicator> comm = make_communicator(plan);
-    Trainer trainer(e, model, data, plan.factory(), plan.workers(), *comm);
+    Trainer trainer(e, model, std::make_shared<const Dataset>(data), plan.factory(), plan.workers(),
+                    make_communicator(plan));
   };
   REQUIRE_THROWS_AS(start(), DataError);
   REQUIRE_THROWS_WITH(start(), Catch::Contains("gpu") && Catch::Contains("phase 'setup'") &&

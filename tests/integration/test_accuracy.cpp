@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <memory>
 
 #include "comm/thread_communicator.hpp"
 #include "config/experiment.hpp"
@@ -29,11 +30,11 @@ TEST_CASE("the seed network learns the full MNIST on the CPU", "[accuracy]") {
                       {"devices.backend=cpu", "train.steps=300", "train.batch_per_device=256",
                        "train.log_every=100", "data.dir=" + dir.string()});
   const Model model = Model::build(e.model);
-  const Dataset data = load_dataset(e.data, e.model.classes);
-  REQUIRE(data.train.count == 60000);
-  REQUIRE(data.test.count == 10000);
-  ThreadCommunicator comm(1);
-  Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), 1, comm);
+  const auto data = std::make_shared<const Dataset>(load_dataset(e.data, e.model.classes));
+  REQUIRE(data->train.count == 60000);
+  REQUIRE(data->test.count == 10000);
+  Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), 1,
+                  std::make_shared<ThreadCommunicator>(1));
   RunObserver quiet;
   const TrainSummary s = trainer.run(quiet);
   INFO("test accuracy " << s.final_eval.accuracy << ", loss " << s.final_eval.loss);

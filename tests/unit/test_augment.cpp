@@ -3,6 +3,8 @@
 // TensorFlow's placement of Adam's epsilon.
 #include <catch2/catch.hpp>
 
+#include <memory>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -28,8 +30,9 @@ std::vector<float> params_after(int workers, const std::vector<std::string>& ove
   const Experiment e = parse_experiment(testing::small_network_yaml(), "augment-test.yaml", all);
   const Model model = Model::build(e.model);
   static const Dataset data = testing::synthetic_dataset(480, 100);
-  ThreadCommunicator comm(workers);
-  Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), workers, comm);
+  auto comm = std::make_shared<ThreadCommunicator>(workers);
+  Trainer trainer(e, model, std::make_shared<const Dataset>(data),
+                  plan_devices(e.devices, {}).factory(), workers, comm);
   for (int64_t s = 0; s < e.train.steps; ++s) trainer.step();
   return trainer.params();
 }
@@ -208,8 +211,9 @@ Logged logged_run(int workers, const std::vector<std::string>& overrides) {
   const Experiment e = parse_experiment(testing::small_network_yaml(), "display-test.yaml", all);
   const Model model = Model::build(e.model);
   static const Dataset data = testing::synthetic_dataset(480, 100);
-  ThreadCommunicator comm(workers);
-  Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), workers, comm);
+  auto comm = std::make_shared<ThreadCommunicator>(workers);
+  Trainer trainer(e, model, std::make_shared<const Dataset>(data),
+                  plan_devices(e.devices, {}).factory(), workers, comm);
   LossRecorder rec;
   trainer.run(rec);
   return Logged{rec.losses, trainer.params(), trainer.state()};

@@ -2,6 +2,8 @@
 // predictions are probabilities.
 #include <catch2/catch.hpp>
 
+#include <memory>
+
 #include <numeric>
 
 #include "comm/thread_communicator.hpp"
@@ -18,8 +20,9 @@ TEST_CASE("evaluation report agrees with the trainer's evaluation", "[evaluation
                                         {"train.steps=120", "devices.cpu_workers=1"});
   const Model model = Model::build(e.model);
   const Dataset data = testing::synthetic_dataset(480, 100);
-  ThreadCommunicator comm(1);
-  Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), 1, comm);
+  auto comm = std::make_shared<ThreadCommunicator>(1);
+  Trainer trainer(e, model, std::make_shared<const Dataset>(data),
+                  plan_devices(e.devices, {}).factory(), 1, comm);
   RunObserver quiet;
   const TrainSummary s = trainer.run(quiet);
   const auto params = trainer.params();

@@ -2,6 +2,9 @@
 // exactly like one worker on it, batch-norm modes, determinism, learning, and failure handling.
 #include <catch2/catch.hpp>
 
+#include <memory>
+
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -40,8 +43,9 @@ Run train(const std::string& extra, const std::vector<std::string>& overrides, i
   const Model model = Model::build(e.model);
   static const Dataset data = testing::synthetic_dataset(480, 100);
   const DevicePlan devices = plan_devices(e.devices, {});
-  ThreadCommunicator comm(workers);
-  Trainer trainer(e, model, data, devices.factory(), workers, comm, 0, options);
+  auto comm = std::make_shared<ThreadCommunicator>(workers);
+  Trainer trainer(e, model, std::make_shared<const Dataset>(data), devices.factory(), workers, comm,
+                  0, options);
   Recorder rec;
   const TrainSummary s = trainer.run(rec);
   return Run{trainer.params(), trainer.state(), rec.losses, s.final_eval};
@@ -95,8 +99,9 @@ model:
     const Experiment e = parse_experiment(base, "plain.yaml", all);
     const Model model = Model::build(e.model);
     static const Dataset data = testing::synthetic_dataset(480, 100);
-    ThreadCommunicator comm(workers);
-    Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), workers, comm);
+    auto comm = std::make_shared<ThreadCommunicator>(workers);
+    Trainer trainer(e, model, std::make_shared<const Dataset>(data),
+                    plan_devices(e.devices, {}).factory(), workers, comm);
     trainer.step();
     return trainer.params();
   };
@@ -201,12 +206,66 @@ TEST_CASE("a label outside the classes stops training with a DataError before an
   TrainerOptions options;
   options.phase_hook = [&](int, int64_t, Phase phase) { steps_started += phase == Phase::data; };
   auto start = [&] {
-    ThreadCommunicator comm(2);
-    Trainer trainer(e, model, data, plan_devices(e.devices, {}).factory(), 2, comm, 0, options);
+    auto comm = std::make_shared<ThreadCommunicator>(2);
+    Trainer trainer(e, model, std::make_shared<const Dataset>(data),
+                    plan_devices(e.devices, {}).factory(), 2, comm, 0, options);
   };
   REQUIRE_THROWS_AS(start(), DataError);
   REQUIRE_THROWS_WITH(start(), Catch::Contains("phase 'setup'") &&
                                    Catch::Contains("label 11 of training image 300") &&
                                    Catch::Contains("10 classes"));
   CHECK(steps_started == 0);
+}
+
+TEST_CASE("a worker the watchdog leaves behind owns what it touches and ends once it wakes",
+          "[engine][watchdog]") {
+  // Worker 1 blocks in its forward hop until released: the watchdog reports it, the trainer leaves
+  // it behind (detached) and is destroyed, and so are the caller's dataset, communicator,
+  // experiment and model. The stuck thread must still hold its own references to what it will
+  // touch when it wakes, then end and release them. (Under AddressSanitizer, a touch of anything
+  // freed fails here.)
+  const auto release = std::make_shared<std::atomic<bool>>(false);
+  const auto woke = std::make_shared<std::atomic<bool>>(false);
+  TrainerOptions options;
+  options.phase_hook = [release, woke](int worker, int64_t step, Phase phase) {
+    if (worker != 1 || step != 2 || phase != Phase::forward) return;
+    while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    *woke = true;
+  };
+  std::weak_ptr<const Dataset> data_alive;
+  std::weak_ptr<Communicator> comm_alive;
+  {
+    const Experiment e =
+        parse_experiment(testing::small_network_yaml(), "stall-test.yaml",
+                         {"devices.cpu_workers=2", "train.steps=10", "train.watchdog_seconds=1"});
+    const Model model = Model::build(e.model);
+    auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(480, 100));
+    auto comm = std::make_shared<ThreadCommunicator>(2);
+    data_alive = data;
+    comm_alive = comm;
+    Trainer trainer(e, model, std::move(data), plan_devices(e.devices, {}).factory(), 2,
+                    std::move(comm), 0, options);
+    const auto start = std::chrono::steady_clock::now();
+    trainer.step();  // steps 1 and 2
+    trainer.step();
+    REQUIRE_THROWS_WITH(trainer.step(), Catch::Contains("cpu1 stalled") &&
+                                            Catch::Contains("step 3") &&
+                                            Catch::Contains("forward"));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  }
+  // Trainer, experiment, model and the caller's pointers are gone; the stuck worker keeps the
+  // dataset and the communicator alive.
+  CHECK_FALSE(*woke);
+  CHECK_FALSE(data_alive.expired());
+  CHECK_FALSE(comm_alive.expired());
+  *release = true;
+  // Woken, it runs its forward and backward (the replica built on its own copy of the model),
+  // meets the aborted communicator in the all-reduce, ends, and frees what it held.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((!data_alive.expired() || !comm_alive.expired()) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(*woke);
+  CHECK(data_alive.expired());
+  CHECK(comm_alive.expired());
 }

@@ -37,8 +37,8 @@ TEST_CASE("a Worker stepping on its own trains bit for bit as the trainer's work
   const Model model = Model::build(e.model);
   const Dataset data = testing::synthetic_dataset(480, 100);
   const BackendFactory backends = plan_devices(e.devices, {}).factory();
-  ThreadCommunicator comm(1);
-  Trainer trainer(e, model, data, backends, 1, comm);
+  auto comm = std::make_shared<ThreadCommunicator>(1);
+  Trainer trainer(e, model, std::make_shared<const Dataset>(data), backends, 1, comm);
   for (int64_t s = 0; s < e.train.steps; ++s) trainer.step();
   const std::vector<float> trained = trainer.params();
 
