@@ -17,25 +17,19 @@ namespace mnist {
 
 namespace {
 
-CheckpointState to_checkpoint(const Trainer::Snapshot& s, const Trainer& trainer,
-                              const Dataset& data, int replicas) {
+// Completes a trainer snapshot into what the run directory's checkpoint records.
+void describe_checkpoint(CheckpointState& c, const Trainer& trainer, const Dataset& data,
+                         int replicas) {
   // A checkpoint must hold the last good state: refuse to write non-finite parameters.
-  for (std::size_t i = 0; i < s.params.size(); ++i)
-    if (!std::isfinite(s.params[i]))
+  for (std::size_t i = 0; i < c.params.size(); ++i)
+    if (!std::isfinite(c.params[i]))
       MNIST_THROW(DivergenceError,
                   "step {}: parameter {} is {}; the run diverged (the previous checkpoint is kept)",
-                  s.step, i, s.params[i]);
-  CheckpointState c;
-  c.step = s.step;
-  c.epoch = static_cast<double>(s.step) * trainer.plan().global_batch / data.train.count;
+                  c.step, i, c.params[i]);
+  c.epoch = static_cast<double>(c.step) * trainer.plan().global_batch / data.train.count;
   c.data_source = data.provenance;
-  c.params = s.params;
-  c.state = s.state;
-  c.moment1 = s.moment1;
-  c.moment2 = s.moment2;
   c.metadata["global_batch"] = std::to_string(trainer.plan().global_batch);
   c.metadata["replicas"] = std::to_string(replicas);
-  return c;
 }
 
 // The communicator of this process's workers. Across processes: CPU workers reduce locally, then
@@ -139,10 +133,12 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
   // Every rank takes the snapshot (a collective with local batch norm); rank 0 writes it, and the
   // others wait for the write so a checkpoint exists on disk before any rank moves on.
   auto save = [&](Trainer& trainer) {
-    const Trainer::Snapshot snapshot = trainer.snapshot();
+    CheckpointState snapshot = trainer.snapshot();
     std::string path;
-    if (rank0)
-      path = checkpoints.save(model, experiment, to_checkpoint(snapshot, trainer, data, replicas));
+    if (rank0) {
+      describe_checkpoint(snapshot, trainer, data, replicas);
+      path = checkpoints.save(model, experiment, snapshot);
+    }
     group.barrier();
     return path;
   };
@@ -170,14 +166,8 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
     if (resume->step > plan.steps)
       MNIST_THROW(ConfigError, "{}: the checkpoint is at step {}, beyond this run's {} steps",
                   resume_path, resume->step, plan.steps);
-    Trainer::Snapshot s;
-    s.step = resume->step;
-    s.params = std::move(resume->params);
-    s.state = std::move(resume->state);
-    s.moment1 = std::move(resume->moment1);
-    s.moment2 = std::move(resume->moment2);
-    trainer.restore(s);
-    log->info("resumed from {} at step {}", resume_path, s.step);
+    trainer.restore(*resume);
+    log->info("resumed from {} at step {}", resume_path, resume->step);
   }
 
   std::vector<RunObserver*> observers{&run_log};

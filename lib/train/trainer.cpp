@@ -378,35 +378,28 @@ std::vector<float> Trainer::state() {
   return shared_->transfer.state;
 }
 
-Trainer::Snapshot Trainer::snapshot() {
+CheckpointState Trainer::snapshot() {
   if (inputs_->experiment.train.batch_norm == BatchNormMode::local) dispatch(kAverageState);
   dispatch(kFetch);
-  const CheckpointState& fetched = shared_->transfer;
-  Snapshot s;
+  CheckpointState s = std::move(shared_->transfer);
+  shared_->transfer = {};
   s.step = next_step_;
-  s.params = fetched.params;
-  s.state = fetched.state;
-  s.moment1 = fetched.moment1;
-  s.moment2 = fetched.moment2;
   return s;
 }
 
-void Trainer::restore(const Snapshot& s) {
+void Trainer::restore(const CheckpointState& s) {
   const Model& model = inputs_->model;
   const std::size_t n = model.param_count();
   MNIST_CHECK(s.params.size() == n && s.moment1.size() == n &&
                   (s.moment2.empty() || s.moment2.size() == n) &&
                   s.state.size() == model.state_count(),
-              "snapshot sizes do not match the model ({} parameters, {} state values)", n,
+              "checkpoint sizes do not match the model ({} parameters, {} state values)", n,
               model.state_count());
-  MNIST_CHECK(s.step >= 0 && s.step <= plan_.steps, "snapshot step {} outside [0, {}]", s.step,
+  MNIST_CHECK(s.step >= 0 && s.step <= plan_.steps, "checkpoint step {} outside [0, {}]", s.step,
               plan_.steps);
-  CheckpointState& c = shared_->transfer;
-  c.params = s.params;
-  c.state = s.state;
-  c.moment1 = s.moment1;
-  c.moment2 = s.moment2;
+  shared_->transfer = s;
   dispatch(kRestore);
+  shared_->transfer = {};
   next_step_ = s.step;
 }
 

@@ -134,15 +134,14 @@ class Trainer {
   std::vector<float> params();
   std::vector<float> state();
 
-  // Everything a checkpoint holds: parameters, batch-norm running statistics (averaged over the
-  // replicas first with local batch norm), optimizer moments; `step` = steps completed.
-  struct Snapshot {
-    int64_t step = 0;
-    std::vector<float> params, state, moment1, moment2;
-  };
-  Snapshot snapshot();
-  // Loads a snapshot into every replica and continues from its step. Sizes must match the model.
-  void restore(const Snapshot& snapshot);
+  // The tensors of a checkpoint (train/checkpoint.hpp's CheckpointState, the one type for what a
+  // checkpoint holds): parameters, batch-norm running statistics (averaged over the replicas first
+  // with local batch norm), optimizer moments (moment2 for Adam only); `step` = steps completed.
+  // Epoch, data source and metadata are left for the caller.
+  CheckpointState snapshot();
+  // Loads a checkpoint's tensors into every replica and continues from its step. Sizes must match
+  // the model and optimizer (moment2 may be empty: zeros).
+  void restore(const CheckpointState& checkpoint);
 
  private:
   struct Shared;
