@@ -3,8 +3,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "comm/gpu_communicators.hpp"
-#include "comm/thread_communicator.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "train/checkpoint.hpp"
@@ -30,21 +28,6 @@ void describe_checkpoint(CheckpointState& c, const Trainer& trainer, const Datas
   c.data_source = data.provenance;
   c.metadata["global_batch"] = std::to_string(trainer.plan().global_batch);
   c.metadata["replicas"] = std::to_string(replicas);
-}
-
-// The communicator of this process's workers. Across processes: CPU workers reduce locally, then
-// with MPI; GPU workers join one NCCL communicator whose id rank 0 broadcasts with MPI.
-std::unique_ptr<Communicator> make_run_communicator(const DevicePlan& devices,
-                                                    ProcessGroup& group) {
-  if (devices.kind == DeviceKind::cpu)
-    return std::make_unique<ThreadCommunicator>(devices.workers(), group.upper_reduce(),
-                                                group.size());
-  if (group.size() == 1) return make_communicator(devices);
-  NcclIdBytes id{};
-  if (group.rank() == 0) id = make_nccl_id();
-  group.broadcast(id.data(), id.size(), 0);
-  return make_nccl_communicator(devices.gpus, id, group.rank() * devices.workers(),
-                                group.size() * devices.workers());
 }
 
 }  // namespace
@@ -146,7 +129,7 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
     result.checkpoint = save(*trainer_ptr);
     if (rank0) log->info("checkpoint {}", result.checkpoint);
   };
-  const std::shared_ptr<Communicator> comm = make_run_communicator(devices, group);
+  const std::shared_ptr<Communicator> comm = make_communicator(devices, &group);
   Trainer trainer(experiment, model, shared_data, devices.factory(), devices.workers(), comm,
                   group.rank() * devices.workers(), trainer_options);
   trainer_ptr = &trainer;
