@@ -1,7 +1,8 @@
 // Checkpoints: safetensors files that round-trip bit-exactly, are written atomically, roll over
 // keeping the newest K, and are validated completely on reading, each kind of damage giving its
-// own DataError that names the file; the math-config hash and its key-by-key difference list; and
-// (when python3 has numpy) proof that another tool sees the layout we intend.
+// own DataError that names the file; the math-config hash and its key-by-key difference list.
+// (Another tool reading the layout: tests/integration/test_checkpoint_layout.cpp; the JSON reader
+// itself: test_json.cpp.)
 
 #include <catch2/catch.hpp>
 
