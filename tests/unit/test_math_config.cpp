@@ -7,7 +7,7 @@
 #include <string>
 
 #include "config/experiment.hpp"
-#include "train/checkpoint.hpp"
+#include "config/math_config.hpp"
 
 using namespace mnist;
 
