@@ -230,20 +230,16 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   std::string why_no_gpu;
   const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
   mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
-  std::vector<std::string> engine_list;
+  std::vector<mnist::Engine> engine_list;
   if (engines.empty() && devices.kind == mnist::DeviceKind::cpu) {
     engine_list = {devices.engine};  // the config's own
   } else if (engines.empty() || engines == "all") {
-    if (devices.kind == mnist::DeviceKind::cpu) {
-      engine_list = mnist::cpu_engines();
-    } else {
-      engine_list = {"native", "cublas"};
-      if (MNIST_HAVE_CUDNN) engine_list.push_back("cudnn");
-    }
+    engine_list =
+        devices.kind == mnist::DeviceKind::cpu ? mnist::cpu_engines() : mnist::cuda_engines();
   } else {
     for (std::size_t start = 0; start <= engines.size();) {
       const std::size_t comma = std::min(engines.find(',', start), engines.size());
-      engine_list.push_back(engines.substr(start, comma - start));
+      engine_list.push_back(mnist::parse_engine(engines.substr(start, comma - start), "--engines"));
       start = comma + 1;
     }
   }
@@ -280,7 +276,8 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
         continue;
       }
       if (rounds > 1) std::cout << fmt::format("round {}/{}: ", round, rounds);
-      std::cout << "engine " << engine_list[e] << ", " << mnist::format_benchmark(r);
+      std::cout << "engine " << mnist::to_string(engine_list[e]) << ", "
+                << mnist::format_benchmark(r);
       if (cpu)
         std::cout << fmt::format("  {:.1f} GFLOP/s = {:.1f}% of the FMA peak\n",
                                  mnist::benchmark_gflops(r),
@@ -292,8 +289,8 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
       std::vector<double> v = rates[e];
       std::sort(v.begin(), v.end());
       std::cout << fmt::format(
-          "engine {}: {:.0f}-{:.0f} samples/s over {} rounds (median {:.0f})\n", engine_list[e],
-          v.front(), v.back(), rounds, v[v.size() / 2]);
+          "engine {}: {:.0f}-{:.0f} samples/s over {} rounds (median {:.0f})\n",
+          mnist::to_string(engine_list[e]), v.front(), v.back(), rounds, v[v.size() / 2]);
     }
   }
   return kExitOk;
