@@ -141,8 +141,7 @@ std::string to_yaml(const Experiment& e) {
     y << YAML::Key << "nesterov" << YAML::Value << boolean(o.nesterov);
   }
   y << YAML::Key << "weight_decay" << YAML::Value << num(o.weight_decay);
-  y << YAML::Key << "weight_decay_mode" << YAML::Value
-    << to_string(o.weight_decay_mode);
+  y << YAML::Key << "weight_decay_mode" << YAML::Value << to_string(o.weight_decay_mode);
   y << YAML::EndMap;
 
   const ScheduleConfig& s = e.schedule;

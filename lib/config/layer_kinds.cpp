@@ -43,7 +43,6 @@ void parse_batch_norm_options(const Section& s, LayerSpec& spec) {
   s.boolean("scale", spec.scale);
 }
 
-
 namespace {
 
 LayerSpec base_spec(const LayerContext& ctx, LayerKind kind) {
@@ -184,7 +183,9 @@ std::string boolean(bool b) {
 
 // The initializer of conv2d and dense: mean and stddev mean something only for truncated_normal
 // (the reader rejects them elsewhere), so other kinds do not write the defaults they carry.
-std::optional<std::string> init_type(const LayerSpec& l) { return to_string(l.init.kind); }
+std::optional<std::string> init_type(const LayerSpec& l) {
+  return to_string(l.init.kind);
+}
 std::optional<std::string> init_mean(const LayerSpec& l) {
   if (l.init.kind != InitKind::truncated_normal) return std::nullopt;
   return num(l.init.mean);
@@ -194,21 +195,43 @@ std::optional<std::string> init_stddev(const LayerSpec& l) {
   return num(l.init.stddev);
 }
 
-std::optional<std::string> filters(const LayerSpec& l) { return num(l.filters); }
-std::optional<std::string> units(const LayerSpec& l) { return num(l.units); }
-std::optional<std::string> kernel(const LayerSpec& l) { return num(l.kernel); }
-std::optional<std::string> stride(const LayerSpec& l) { return num(l.stride); }
+std::optional<std::string> filters(const LayerSpec& l) {
+  return num(l.filters);
+}
+std::optional<std::string> units(const LayerSpec& l) {
+  return num(l.units);
+}
+std::optional<std::string> kernel(const LayerSpec& l) {
+  return num(l.kernel);
+}
+std::optional<std::string> stride(const LayerSpec& l) {
+  return num(l.stride);
+}
 std::optional<std::string> padding(const LayerSpec& l) {
   if (l.padding == PaddingMode::explicit_pixels) return num(l.padding_pixels);
   return std::string(to_string(l.padding));
 }
-std::optional<std::string> bias(const LayerSpec& l) { return boolean(l.bias); }
-std::optional<std::string> pool_size(const LayerSpec& l) { return num(l.pool_size); }
-std::optional<std::string> decay(const LayerSpec& l) { return num(l.decay); }
-std::optional<std::string> epsilon(const LayerSpec& l) { return num(l.epsilon); }
-std::optional<std::string> center(const LayerSpec& l) { return boolean(l.center); }
-std::optional<std::string> scale(const LayerSpec& l) { return boolean(l.scale); }
-std::optional<std::string> rate(const LayerSpec& l) { return num(l.rate); }
+std::optional<std::string> bias(const LayerSpec& l) {
+  return boolean(l.bias);
+}
+std::optional<std::string> pool_size(const LayerSpec& l) {
+  return num(l.pool_size);
+}
+std::optional<std::string> decay(const LayerSpec& l) {
+  return num(l.decay);
+}
+std::optional<std::string> epsilon(const LayerSpec& l) {
+  return num(l.epsilon);
+}
+std::optional<std::string> center(const LayerSpec& l) {
+  return boolean(l.center);
+}
+std::optional<std::string> scale(const LayerSpec& l) {
+  return boolean(l.scale);
+}
+std::optional<std::string> rate(const LayerSpec& l) {
+  return num(l.rate);
+}
 
 std::vector<std::string> kind_names() {
   std::vector<std::string> names;

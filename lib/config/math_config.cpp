@@ -66,7 +66,8 @@ std::string math_config_text(const Experiment& e) {
     line("optimizer.beta2", o.beta2);
     line("optimizer.epsilon", o.epsilon);
     // Keys added later appear only when set, so earlier checkpoints keep their hash.
-    if (o.epsilon_style != AdamEpsilon::pytorch) line("optimizer.epsilon_style", to_string(o.epsilon_style));
+    if (o.epsilon_style != AdamEpsilon::pytorch)
+      line("optimizer.epsilon_style", to_string(o.epsilon_style));
   } else {
     line("optimizer.momentum", o.momentum);
     line("optimizer.nesterov", boolean(o.nesterov));

@@ -134,9 +134,10 @@ DevicesConfig parse_devices(const Reporter& r, const Section& top) {
                        engine.name, and_list(cuda_only), names_of(engines_of(BackendChoice::cpu))));
   }
   if (dev.backend == BackendChoice::cuda && !engine.cuda) {
-    r.fail(s.value("engine"), s.child("engine"),
-           fmt::format("'{}' is not allowed with backend cuda: it is a CPU engine (CUDA engines: {})",
-                       engine.name, names_of(engines_of(BackendChoice::cuda))));
+    r.fail(
+        s.value("engine"), s.child("engine"),
+        fmt::format("'{}' is not allowed with backend cuda: it is a CPU engine (CUDA engines: {})",
+                    engine.name, names_of(engines_of(BackendChoice::cuda))));
   }
   return dev;
 }

@@ -46,9 +46,8 @@ const std::vector<Spelling<BackendChoice>>& spellings(BackendChoice) {
 }
 
 const std::vector<Spelling<GpuSelection>>& spellings(GpuSelection) {
-  static const std::vector<Spelling<GpuSelection>> rows = {{"all", GpuSelection::all},
-                                                           {"list", GpuSelection::list},
-                                                           {"auto", GpuSelection::auto_count}};
+  static const std::vector<Spelling<GpuSelection>> rows = {
+      {"all", GpuSelection::all}, {"list", GpuSelection::list}, {"auto", GpuSelection::auto_count}};
   return rows;
 }
 
@@ -99,21 +98,43 @@ const std::vector<Spelling<ScheduleKind>>& spellings(ScheduleKind) {
   return rows;
 }
 
-const char* to_string(LayerKind v) { return name_in(spellings(v), v); }
+const char* to_string(LayerKind v) {
+  return name_in(spellings(v), v);
+}
 const char* to_string(PaddingMode v) {
   // Explicit padding is written as its pixel count, so it has no word in the table.
   return v == PaddingMode::explicit_pixels ? "explicit" : name_in(spellings(v), v);
 }
-const char* to_string(InitKind v) { return name_in(spellings(v), v); }
-const char* to_string(BackendChoice v) { return name_in(spellings(v), v); }
-const char* to_string(GpuSelection v) { return name_in(spellings(v), v); }
-const char* to_string(Engine v) { return name_in(spellings(v), v); }
-const char* to_string(BatchNormMode v) { return name_in(spellings(v), v); }
-const char* to_string(LogFormat v) { return name_in(spellings(v), v); }
-const char* to_string(OptimizerKind v) { return name_in(spellings(v), v); }
-const char* to_string(AdamEpsilon v) { return name_in(spellings(v), v); }
-const char* to_string(WeightDecayMode v) { return name_in(spellings(v), v); }
-const char* to_string(ScheduleKind v) { return name_in(spellings(v), v); }
+const char* to_string(InitKind v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(BackendChoice v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(GpuSelection v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(Engine v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(BatchNormMode v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(LogFormat v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(OptimizerKind v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(AdamEpsilon v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(WeightDecayMode v) {
+  return name_in(spellings(v), v);
+}
+const char* to_string(ScheduleKind v) {
+  return name_in(spellings(v), v);
+}
 
 Engine parse_engine(const std::string& name, const std::string& what) {
   if (const std::optional<Engine> e = from_string<Engine>(name)) return *e;

@@ -189,7 +189,6 @@ std::string read_string(const Reporter& r, const YAML::Node& node, const std::st
   return node.Scalar();
 }
 
-
 // ---- Section ------------------------------------------------------------------------------------
 
 Section::Section(const Reporter& r, const YAML::Node& node, std::string path,
@@ -259,7 +258,8 @@ void Section::exactly_one(const std::string& a, const std::string& b) const {
                            r_.origin(child(a), key_mark(a)), b, r_.origin(child(b), key_mark(b))));
   }
   if (!has(a) && !has(b)) {
-    r_.fail_at(mark(), path_, fmt::format("give exactly one of '{}' and '{}'; found neither", a, b));
+    r_.fail_at(mark(), path_,
+               fmt::format("give exactly one of '{}' and '{}'; found neither", a, b));
   }
 }
 

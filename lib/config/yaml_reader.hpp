@@ -75,8 +75,8 @@ struct Range {
   double hi = std::numeric_limits<double>::infinity();
   bool hi_open = false;
 };
-Range at_least(double lo);            // [lo, inf)
-Range above(double lo);               // (lo, inf)
+Range at_least(double lo);              // [lo, inf)
+Range above(double lo);                 // (lo, inf)
 Range half_open(double lo, double hi);  // [lo, hi)
 
 double read_number(const Reporter& r, const YAML::Node& node, const std::string& path,

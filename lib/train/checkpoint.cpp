@@ -1,4 +1,5 @@
-// Checkpoints as safetensors: writer, validating reader, the math-config hash, the rolling folder.
+// Checkpoints as safetensors: writer, validating reader, the resume check, the rolling folder.
+// The math-config text and hash a checkpoint records are config/math_config.cpp's.
 //
 // Checkpoints are small (three copies of ~62k floats plus metadata), so a file is built whole in
 // memory and written in one go; reading validates the header completely before any tensor byte is
@@ -12,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include <spdlog/spdlog.h>
 

@@ -55,6 +55,17 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
                                     cuda_versions())
                       : why_none);
     plan.kind = DeviceKind::cuda;
+    // With backend auto the config could not check the engine; now the backend is known. (An
+    // engine this build lacks, cudnn without cuDNN, is refused by the backend, which says why.)
+    const std::vector<Engine> cuda = engines_of(BackendChoice::cuda);
+    if (std::find(cuda.begin(), cuda.end(), config.engine) == cuda.end()) {
+      std::vector<std::string> allowed;
+      for (Engine e : cuda) allowed.push_back(to_string(e));
+      MNIST_THROW(ConfigError,
+                  "devices.engine: '{}' is not a CUDA engine, and backend auto chose cuda (GPUs "
+                  "are visible); allowed: {}, or set devices.backend: cpu",
+                  to_string(config.engine), fmt::join(allowed, ", "));
+    }
     const int count = static_cast<int>(visible.size());
     if (config.gpus_mode == GpuSelection::all) {
       plan.gpus.resize(count);

@@ -47,6 +47,19 @@ TEST_CASE("auto uses every visible GPU, or the CPU with a note when there is non
                        "workers x ") == 0);
 }
 
+TEST_CASE("backend auto checks the engine once it has chosen cuda", "[devices]") {
+  DevicesConfig c = config(BackendChoice::auto_select, GpuSelection::all);
+  c.engine = Engine::blas;
+  REQUIRE_THROWS_AS(plan_devices(c, gpus({10})), ConfigError);
+  REQUIRE_THROWS_WITH(plan_devices(c, gpus({10})),
+                      Catch::Contains("devices.engine: 'blas' is not a CUDA engine") &&
+                          Catch::Contains("allowed: native, cublas, cudnn"));
+  for (const Engine engine : engines_of(BackendChoice::cuda)) {
+    c.engine = engine;
+    CHECK(plan_devices(c, gpus({10})).engine == engine);
+  }
+}
+
 TEST_CASE("a GPU list falling back to the CPU keeps one replica per listed GPU", "[devices]") {
   // configs/two_gpu.yaml on a machine without a GPU: two CPU replicas of batch_per_device each,
   // so the global batch stays the config's 2 x 1000, not 1000.
