@@ -25,8 +25,9 @@ namespace mnist {
 enum class DeviceKind { cpu, cuda };
 
 // Which implementation runs each direction of one convolution (Backend::conv2d_algorithms): a
-// cuDNN algorithm's name ("IMPLICIT_PRECOMP_GEMM", "ALGO_1") or "native", with the reason in
-// parentheses when an engine that prefers cuDNN falls back to the native kernels.
+// cuDNN algorithm's name ("IMPLICIT_PRECOMP_GEMM", "ALGO_1"), "direct" (the hand-written direct
+// kernels for small channel counts) or "native" (the hand-written implicit GEMM), with the reason
+// in parentheses when an engine that prefers cuDNN falls back to the hand-written kernels.
 struct Conv2dAlgorithms {
   std::string forward = "native", backward_data = "native", backward_weights = "native";
 };

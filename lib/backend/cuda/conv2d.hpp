@@ -1,17 +1,22 @@
 #pragma once
-// Hand-written convolution kernels (implicit GEMM over shared-memory tiles; see conv2d.cu).
+// Hand-written convolution kernels: the direct kernels (direct_conv.hpp) for the geometries they
+// support, else an implicit GEMM over shared-memory tiles (see conv2d.cu).
 // Shapes follow Conv2dGeom: x[n, c, h, w], weight[k, c, kh, kw], bias[k], y/dy[n, k, out_h, out_w].
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 
 #include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 
-// Floats of scratch conv2d_backward_weights needs (its split-K partial products); the other two use
-// none.
+// Which kernels run `g`: "direct" (direct_conv.hpp) or "native" (the tiled implicit GEMM).
+std::string conv2d_implementation(const Conv2dGeom& g);
+
+// Floats of scratch conv2d_backward_weights needs (the direct kernel's per-block partial sums or
+// the implicit GEMM's split-K partial products); the other two use none.
 std::size_t conv2d_workspace_floats(const Conv2dGeom& g);
 
 // Assigns y = conv(x, weight) + bias (bias may be nullptr).

@@ -212,12 +212,13 @@ class CudaBackend final : public Backend {
 #endif
     return std::max<std::size_t>(floats, 1);
   }
-  Conv2dAlgorithms conv2d_algorithms([[maybe_unused]] const Conv2dGeom& g) override {
+  Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) override {
     activate();
 #if MNIST_HAVE_CUDNN
     if (engine_ == Engine::cudnn) return cudnn_->algorithms(g);
 #endif
-    return Conv2dAlgorithms{};
+    const std::string name = cuda::conv2d_implementation(g);
+    return Conv2dAlgorithms{name, name, name};
   }
   void conv2d_forward(const Conv2dGeom& g, const float* x, const float* weight, const float* bias,
                       float* y, float* workspace) override {
