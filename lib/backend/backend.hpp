@@ -181,6 +181,24 @@ class Backend {
   virtual void scale(std::size_t n, float alpha, float* x) = 0;   // x *= alpha
   virtual void add(std::size_t n, const float* x, float* y) = 0;  // y += x
   virtual bool all_finite(std::size_t n, const float* x) = 0;     // waits for the answer
+
+  // ---- fused ops: one call for a chain of the ops above, with the chain's math ----------------
+  // The default runs the chain (for the CPU backend: the CPU ops, the oracle of every fused
+  // kernel); an engine may replace it with fewer kernels.
+  //
+  // The network's head and its loss: logits = dense_forward(x, weight, bias), then
+  // softmax_cross_entropy(logits, labels, grad_scale, dlogits, metrics), then
+  // dense_backward_weights(x, dlogits, dweight, dbias) and, when dx is not nullptr,
+  // dense_backward_data(dlogits, weight, dx). x[n, in], weight[k, in], bias[k] or nullptr,
+  // labels int32[n]. Accumulates metrics; assigns dweight[k, in], dbias[k] (when not nullptr) and
+  // dx[n, in] (when not nullptr). workspace: at least
+  // dense_softmax_cross_entropy_workspace_floats(n, in, k) floats.
+  virtual std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k);
+  virtual void dense_softmax_cross_entropy(int n, int in, int k, const float* x,
+                                           const float* weight, const float* bias,
+                                           const int32_t* labels, float grad_scale, float* dx,
+                                           float* dweight, float* dbias, float* metrics,
+                                           float* workspace);
 };
 
 // How a backend is built. `engine` picks the implementation of the heavy ops.

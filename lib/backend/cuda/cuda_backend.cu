@@ -18,6 +18,7 @@
 #include "backend/cuda/conv2d.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/dense.hpp"
+#include "backend/cuda/dense_head.hpp"
 #include "backend/cuda/dropout.hpp"
 #include "backend/cuda/elementwise.hpp"
 #include "backend/cuda/gather_batch.hpp"
@@ -407,6 +408,24 @@ class CudaBackend final : public Backend {
         cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
     MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return *flag_host_ != 0;
+  }
+
+  // ---- fused ops (sizes the fused kernels do not take run the base class's chain) --------------
+  std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k) override {
+    if (cuda::dense_head_supports(n, in, k)) return cuda::dense_head_workspace_floats(n, in, k);
+    return Backend::dense_softmax_cross_entropy_workspace_floats(n, in, k);
+  }
+  void dense_softmax_cross_entropy(int n, int in, int k, const float* x, const float* weight,
+                                   const float* bias, const int32_t* labels, float grad_scale,
+                                   float* dx, float* dweight, float* dbias, float* metrics,
+                                   float* workspace) override {
+    activate();
+    if (!cuda::dense_head_supports(n, in, k)) {
+      return Backend::dense_softmax_cross_entropy(n, in, k, x, weight, bias, labels, grad_scale, dx,
+                                                  dweight, dbias, metrics, workspace);
+    }
+    cuda::dense_softmax_cross_entropy(stream_, n, in, k, x, weight, bias, labels, grad_scale, dx,
+                                      dweight, dbias, metrics, workspace);
   }
 
  private:
