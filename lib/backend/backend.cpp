@@ -1,4 +1,5 @@
-// Backend methods with a default: conv2d_forward_stats and dense_softmax_cross_entropy compose the
+// Backend methods with a default: conv2d_forward_stats, dense_softmax_cross_entropy and
+// adam_update_partials compose the
 // calls they stand for (the CPU backend's fused ops, the oracle of the CUDA kernels); the fused
 // block's, which only some engines implement (see backend.hpp), refuse, naming the backend, so a
 // model that asked for a fused block where fuses_conv_block() said no fails loudly.
@@ -37,6 +38,16 @@ void Backend::dense_softmax_cross_entropy(int n, int in, int k, const float* x, 
   softmax_cross_entropy(n, k, logits, labels, grad_scale, dlogits, metrics);
   dense_backward_weights(n, in, k, x, dlogits, dweight, dbias);
   if (dx) dense_backward_data(n, in, k, dlogits, weight, dx);
+}
+
+void Backend::adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                                   float* params, const float* partials, int parts, float* grads,
+                                   float* m, float* v) {
+  MNIST_CHECK(parts >= 1, "{}: adam_update_partials needs at least 1 partial, got {}", name(),
+              parts);
+  if (n > 0) copy_on_device(grads, partials, n * sizeof(float));
+  for (int p = 1; p < parts; ++p) add(n, partials + static_cast<std::size_t>(p) * n, grads);
+  adam_update(n, n_decay, s, params, grads, m, v);
 }
 
 void Backend::bn_relu_pool_forward(const PoolGeom&, const float*, const float*, const float*,

@@ -199,6 +199,13 @@ class Backend {
                                            const int32_t* labels, float grad_scale, float* dx,
                                            float* dweight, float* dbias, float* metrics,
                                            float* workspace);
+  // Adam on a gradient that arrives as `parts` partial sums: grads[i] = partials[0][i] +
+  // partials[1][i] + ..., added in float in part order (the chain copy_on_device, then add() per
+  // part), then adam_update(n, n_decay, s, params, grads, m, v). partials[parts, n], parts >= 1.
+  // Assigns grads[n] (for finiteness checks and logs); updates params, m, v in place.
+  virtual void adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                                    float* params, const float* partials, int parts, float* grads,
+                                    float* m, float* v);
 };
 
 // How a backend is built. `engine` picks the implementation of the heavy ops.

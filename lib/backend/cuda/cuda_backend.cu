@@ -21,6 +21,7 @@
 #include "backend/cuda/dense_head.hpp"
 #include "backend/cuda/dropout.hpp"
 #include "backend/cuda/elementwise.hpp"
+#include "backend/cuda/fused_optimizer.hpp"
 #include "backend/cuda/gather_batch.hpp"
 #include "backend/cuda/max_pool.hpp"
 #include "backend/cuda/optimizer.hpp"
@@ -426,6 +427,17 @@ class CudaBackend final : public Backend {
     }
     cuda::dense_softmax_cross_entropy(stream_, n, in, k, x, weight, bias, labels, grad_scale, dx,
                                       dweight, dbias, metrics, workspace);
+  }
+  void adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                            float* params, const float* partials, int parts, float* grads, float* m,
+                            float* v) override {
+    activate();
+    MNIST_CHECK(parts >= 1, "{}: adam_update_partials needs at least 1 partial, got {}", name_,
+                parts);
+    MNIST_CHECK(n_decay <= n, "{}: adam_update_partials with n_decay {} > n {}", name_, n_decay, n);
+    MNIST_CHECK(s.step >= 1, "{}: adam_update_partials needs a 1-based step, got {}", name_,
+                s.step);
+    cuda::adam_update_partials(stream_, n, n_decay, s, params, partials, parts, grads, m, v);
   }
 
  private:
