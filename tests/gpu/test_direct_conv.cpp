@@ -3,7 +3,8 @@
 // geometries and awkward ones (odd heights and widths, padding 0..k-1, one more padding row at the
 // bottom, outputs wider than one tile, batches 1, 7, 33, 255, 257). Each case first checks that
 // the CUDA backend reports "direct" for it, so these comparisons exercise the direct kernels and
-// not the implicit GEMM they replace. Outputs are NaN-poisoned first, the workspace is exactly the
+// not the implicit GEMM they replace; forward_stats's batch-norm sums are checked too. Outputs
+// are NaN-poisoned first, the workspace is exactly the
 // size the backend asked for with a guard zone after it, and the weight gradient must repeat bit
 // for bit.
 //
@@ -125,6 +126,23 @@ TEST_CASE("direct convolution kernels match the CPU on awkward sizes",
                      with_bias ? "direct forward" : "direct forward (no bias)");
       }
 
+      // forward_stats: the outputs as above, and their batch-norm sums, which the GPU takes in the
+      // convolution's epilogue, against batch_norm_stats of the GPU's own outputs (so only the
+      // order of summation differs): tolerances of the batch_norm_stats test, count = positions.
+      {
+        auto y = poisoned(g, y_size);
+        auto sum = poisoned(g, dc.k);
+        auto sumsq = poisoned(g, dc.k);
+        cpu().conv2d_forward(geo, x.c(), w.c(), b.c(), y.c(), ws_cpu.data());
+        g.conv2d_forward_stats(geo, x.g(), w.g(), b.g(), y.g(), sum.g(), sumsq.g(), ws_gpu.data());
+        expect_close(g, y, sum_atol(patch + 1), 1e-5, "direct forward_stats y");
+        auto y_gpu = upload(g, download(g, y.gpu));
+        cpu().batch_norm_stats(mnist::ChannelGeom{n, dc.k, geo.out_h * geo.out_w}, y_gpu.c(),
+                               sum.c(), sumsq.c());
+        expect_close(g, sum, 1e-5 * positions, 1e-5, "direct forward_stats sum");
+        expect_close(g, sumsq, 1e-5 * positions, 1e-5, "direct forward_stats sumsq");
+      }
+
       auto dx = poisoned(g, x_size);
       cpu().conv2d_backward_data(geo, dy.c(), w.c(), dx.c(), ws_cpu.data());
       g.conv2d_backward_data(geo, dy.g(), w.g(), dx.g(), ws_gpu.data());
@@ -177,4 +195,27 @@ TEST_CASE("geometries outside the direct kernels run the implicit GEMM",
   strided.out_h = strided.out_w = 14;
   CHECK(g.conv2d_algorithms(strided).forward == "native");
   CHECK(g.conv2d_algorithms(strided).backward_weights == "native");
+
+  // forward_stats on that path: the implicit GEMM, then batch_norm_stats.
+  const int n = 7;
+  const std::size_t x_size = static_cast<std::size_t>(n) * strided.c * strided.h * strided.w;
+  const std::size_t y_size = static_cast<std::size_t>(n) * strided.k * 14 * 14;
+  const std::size_t w_size = static_cast<std::size_t>(strided.k) * strided.c * 25;
+  strided.n = n;
+  auto x = upload(g, random_floats(x_size, 801, -1.0f, 1.0f));
+  auto w = upload(g, random_floats(w_size, 802, -1.0f, 1.0f));
+  mnist::DeviceBuffer<float> ws_cpu(cpu(), cpu().conv2d_workspace_floats(strided));
+  mnist::DeviceBuffer<float> ws_gpu(g,
+                                    std::max<std::size_t>(1, g.conv2d_workspace_floats(strided)));
+  auto y = poisoned(g, y_size);
+  auto sum = poisoned(g, strided.k);
+  auto sumsq = poisoned(g, strided.k);
+  cpu().conv2d_forward_stats(strided, x.c(), w.c(), nullptr, y.c(), sum.c(), sumsq.c(),
+                             ws_cpu.data());
+  g.conv2d_forward_stats(strided, x.g(), w.g(), nullptr, y.g(), sum.g(), sumsq.g(), ws_gpu.data());
+  const double positions = static_cast<double>(n) * 14 * 14;
+  expect_close(g, y, sum_atol(25 + 1), 1e-5, "implicit GEMM forward_stats y");
+  // Both sides' sums start from their own outputs: atol also covers the outputs' differences.
+  expect_close(g, sum, 1e-5 * positions, 1e-4, "implicit GEMM forward_stats sum");
+  expect_close(g, sumsq, 1e-4 * positions, 1e-4, "implicit GEMM forward_stats sumsq");
 }

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/batch_norm.hpp"
 #include "backend/cuda/channel_reduce.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/direct_conv.hpp"
@@ -145,6 +146,16 @@ void conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x, co
                stream)
   (g, x, weight, bias, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "conv2d_forward_kernel");
+}
+
+void conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                          const float* weight, const float* bias, float* y, float* sum,
+                          float* sumsq, float* workspace, const ReduceScratch& scratch) {
+  if (direct_conv_supports(g)) {
+    return direct_conv2d_forward_stats(stream, g, x, weight, bias, y, sum, sumsq, workspace);
+  }
+  conv2d_forward(stream, g, x, weight, bias, y);
+  batch_norm_stats(stream, ChannelGeom{g.n, g.k, g.out_h * g.out_w}, y, sum, sumsq, scratch);
 }
 
 void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,

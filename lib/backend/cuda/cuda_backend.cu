@@ -231,6 +231,17 @@ class CudaBackend final : public Backend {
     (void)workspace;
     cuda::conv2d_forward(stream_, g, x, weight, bias, y);
   }
+  void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                            const float* bias, float* y, float* sum, float* sumsq,
+                            float* workspace) override {
+    activate();
+#if MNIST_HAVE_CUDNN
+    if (use_cudnn(g)) {
+      return Backend::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
+    }
+#endif
+    cuda::conv2d_forward_stats(stream_, g, x, weight, bias, y, sum, sumsq, workspace, scratch_);
+  }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
     activate();

@@ -13,20 +13,25 @@
 //     output pixels of one row for ALL output channels: per (channel, kernel row) it reads
 //     P+KW-1 inputs into registers and does P*KW*COUT FMAs. backward_data is the same correlation
 //     of dy with the weights transposed (k <-> c) and flipped (r -> KH-1-r), padded by KH-1-pad.
+//   forward_stats: the forward correlation, whose blocks then add the batch-norm sums of their
+//     tile (sum and sum of squares per channel: fp32 per thread, shuffles per warp, double across
+//     warps) into the workspace, one row per block; the same fixed-order reduce as
+//     backward_weights' adds the rows.
 //   backward_weights: a fixed grid of at most kWeightBlocks blocks; block b takes tiles b,
 //     b + grid, ... in that order, staging the x tile (with halo) and the dy tile ([pixel][K], so a
 //     thread's KB channels are adjacent). A thread owns one (c, r, group of KB filters) and all
 //     KW taps s: KB*KW fp32 accumulators; `parts` threads share each owner and take every
 //     parts-th row of the tile, sliding a KW-wide window along the row (one new input per pixel).
 //     At the end the block adds its parts in double in part order, writes one double per weight
-//     to the workspace, and direct_conv2d_weights_reduce_kernel adds the blocks in a fixed order
+//     to the workspace, and direct_conv2d_partials_reduce_kernel adds the blocks in a fixed order
 //     (32 weights per block, 8 fixed strided partial sums each). No atomics anywhere: the results
 //     repeat bit for bit, run after run.
 //
 // Shared memory: every kernel here carves one static pool of kPoolFloats (24 KB). One pool, not a
 // static array per instantiation, because the CUDA emulation poisons the whole __shared__ section
 // at the start of every block of every kernel: per-instantiation arrays would make every emulated
-// launch of the project slower. The host planner (plan_tiles) shrinks tiles until they fit.
+// launch of the project slower. The host planners (plan_correlation, plan_weights) shrink tiles
+// until they fit.
 //
 // Performance model on one H200 (FP32 67 TFLOP/s, HBM 4.8 TB/s), seed network at batch 1024. An
 // ESTIMATE from the code, not measured (no GPU was available while this was written): time is
@@ -205,10 +210,14 @@ __device__ __forceinline__ void stage_input_tile(const Correlation& a, int sampl
 }
 
 // The block's share of a correlation; the weights are already in pool()[0, CIN*KH*KW*COUT) as
-// [(i, r, s)][o]. Every thread of the block must call it (it holds a barrier).
+// [(i, r, s)][o]. Every thread of the block must call it (it holds barriers). When stats is not
+// nullptr the block also writes the sum and the sum of squares of its outputs per channel to
+// stats[blockIdx.x][2 * COUT] (sums first): fp32 per thread, a fixed butterfly of shuffles per
+// warp, then the warps in order in double.
 template <int CIN, int COUT, int KH, int KW>
 __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tiling& t,
-                                               const float* in, const float* bias, float* out) {
+                                               const float* in, const float* bias, float* out,
+                                               double* stats) {
   constexpr int P = pixels_per_thread(COUT);
   constexpr int kWeightFloats = round_up4(CIN * KH * KW * COUT);
   float* weights = pool();
@@ -221,10 +230,10 @@ __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tilin
   __syncthreads();
 
   const int sx = threadIdx.x % t.strips, sy = threadIdx.x / t.strips;
-  if (sy >= t.rows) return;  // the block's last warp may have threads past the tile
+  const bool active = sy < t.rows;  // the block's last warp may have threads past the tile
   float acc[P][COUT] = {};
 #pragma unroll 1
-  for (int ci = 0; ci < CIN; ++ci) {
+  for (int ci = 0; ci < (active ? CIN : 0); ++ci) {
 #pragma unroll
     for (int r = 0; r < KH; ++r) {
       const float* row = tile + (ci * th + sy + r) * tw + sx * P;
@@ -244,28 +253,62 @@ __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tilin
     }
   }
   const int oy = y0 + sy;
-  if (oy >= a.out_h) return;
-  const std::size_t plane = static_cast<std::size_t>(a.out_h) * a.out_w;
-  float* dst = out + static_cast<std::size_t>(sample) * COUT * plane +
-               static_cast<std::size_t>(oy) * a.out_w;
+  float sum[COUT] = {}, sumsq[COUT] = {};
+  if (active && oy < a.out_h) {
+    const std::size_t plane = static_cast<std::size_t>(a.out_h) * a.out_w;
+    float* dst = out + static_cast<std::size_t>(sample) * COUT * plane +
+                 static_cast<std::size_t>(oy) * a.out_w;
 #pragma unroll
-  for (int q = 0; q < P; ++q) {
-    const int ox = x0 + sx * P + q;
-    if (ox >= a.out_w) break;
+    for (int q = 0; q < P; ++q) {
+      const int ox = x0 + sx * P + q;
+      if (ox >= a.out_w) break;
 #pragma unroll
-    for (int o = 0; o < COUT; ++o) dst[o * plane + ox] = acc[q][o] + (bias ? bias[o] : 0.0f);
+      for (int o = 0; o < COUT; ++o) {
+        const float value = acc[q][o] + (bias ? bias[o] : 0.0f);
+        dst[o * plane + ox] = value;
+        sum[o] += value;
+        sumsq[o] += value * value;
+      }
+    }
+  }
+  if (!stats) return;  // the same for the whole block
+
+  // Batch-norm statistics of the tile. The weights and the tile are dead: the pool takes the
+  // warps' sums, [warp][2 * COUT].
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+#pragma unroll
+  for (int o = 0; o < COUT; ++o) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      sum[o] += __shfl_xor_sync(0xffffffffu, sum[o], offset);
+      sumsq[o] += __shfl_xor_sync(0xffffffffu, sumsq[o], offset);
+    }
+  }
+  __syncthreads();
+  float* warp_sums = pool();
+  if (lane == 0) {
+#pragma unroll
+    for (int o = 0; o < COUT; ++o) {
+      warp_sums[warp * 2 * COUT + o] = sum[o];
+      warp_sums[warp * 2 * COUT + COUT + o] = sumsq[o];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < 2 * COUT; e += blockDim.x) {
+    double total = 0.0;
+    for (int w = 0; w < warps; ++w) total += warp_sums[w * 2 * COUT + e];
+    stats[static_cast<std::size_t>(blockIdx.x) * 2 * COUT + e] = total;
   }
 }
 
 template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
     direct_conv2d_forward_kernel(S, Correlation a, Tiling t, const float* x, const float* weight,
-                                 const float* bias, float* y) {
+                                 const float* bias, float* y, double* stats) {
   // weight[k, c, r, s] -> pool[(c, r, s)][k]
   constexpr int kTaps = S::C * S::KH * S::KW;
   for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x)
     pool()[(i % kTaps) * S::K + i / kTaps] = weight[i];
-  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, x, bias, y);
+  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, x, bias, y, stats);
 }
 
 template <class S>
@@ -278,7 +321,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int s = i % S::KW, r = i / S::KW % S::KH, ci = i / kTaps % S::C, ko = i / (kTaps * S::C);
     pool()[((ko * S::KH + S::KH - 1 - r) * S::KW + S::KW - 1 - s) * S::C + ci] = weight[i];
   }
-  correlate_tile<S::K, S::C, S::KH, S::KW>(a, t, dy, nullptr, dx);
+  correlate_tile<S::K, S::C, S::KH, S::KW>(a, t, dy, nullptr, dx, nullptr);
 }
 
 template <class S>
@@ -362,27 +405,47 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-// dweight[i] = sum over blocks b of partial[b, i], in a fixed order: a block takes 32 weights; its
-// 8 warps each add every 8th block (warp w: blocks w, w + 8, ...), then warp 0 adds the 8 sums.
+// out[i] = sum over blocks b of partial[b, i] for i < columns (out_hi[i - split] from i = split
+// on, when out_hi is not nullptr), in a fixed order: a block takes 32 columns; its 8 warps each
+// add every 8th block (warp w: blocks w, w + 8, ...), then warp 0 adds the 8 sums.
 constexpr int kReduceWarps = 8;
 __global__ void __launch_bounds__(32 * kReduceWarps)
-    direct_conv2d_weights_reduce_kernel(int weights, int blocks, const double* partial,
-                                        float* dweight) {
+    direct_conv2d_partials_reduce_kernel(int columns, int blocks,
+                                         const double* partial /* [blocks, columns] */, int split,
+                                         float* out, float* out_hi) {
   __shared__ double warp_sums[kReduceWarps][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int i = blockIdx.x * 32 + lane;
   double sum = 0.0;
-  if (i < weights) {
+  if (i < columns) {
     for (int b = warp; b < blocks; b += kReduceWarps)
-      sum += partial[static_cast<std::size_t>(b) * weights + i];
+      sum += partial[static_cast<std::size_t>(b) * columns + i];
   }
   warp_sums[warp][lane] = sum;
   __syncthreads();
-  if (warp == 0 && i < weights) {
+  if (warp == 0 && i < columns) {
     double total = 0.0;
     for (int w = 0; w < kReduceWarps; ++w) total += warp_sums[w][lane];
-    dweight[i] = static_cast<float>(total);
+    if (i < split) {
+      out[i] = static_cast<float>(total);
+    } else {
+      out_hi[i - split] = static_cast<float>(total);
+    }
   }
+}
+
+void reduce_partials(cudaStream_t stream, int columns, int blocks, const double* partial, int split,
+                     float* out, float* out_hi) {
+  MNIST_LAUNCH(direct_conv2d_partials_reduce_kernel, ceil_div(columns, 32), 32 * kReduceWarps, 0,
+               stream)
+  (columns, blocks, partial, split, out, out_hi);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_partials_reduce_kernel");
+}
+
+void check_workspace(const float* workspace, const char* what) {
+  MNIST_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0,
+              "{}: workspace {} is not {}-byte aligned (it holds doubles)", what,
+              static_cast<const void*>(workspace), alignof(double));
 }
 
 // The compiled shapes, tried in order; calls f(Shape<...>{}) for the one matching g.
@@ -484,8 +547,11 @@ std::size_t direct_conv_workspace_floats(const Conv2dGeom& g) {
   std::size_t floats = 0;
   with_shape(g, [&](auto shape) {
     using S = decltype(shape);
-    // weight_blocks grows with n up to kWeightBlocks, so this never decreases with n.
-    floats = 2 * static_cast<std::size_t>(make_plans<S>(g).weight_blocks) * S::kWeights;
+    const Plans p = make_plans<S>(g);
+    // backward_weights' partials (weight_blocks grows with n up to kWeightBlocks) or
+    // forward_stats' (one per forward tile): neither decreases with n.
+    floats = 2 * std::max(static_cast<std::size_t>(p.weight_blocks) * S::kWeights,
+                          static_cast<std::size_t>(p.forward_tiles.tiles) * 2 * S::K);
   });
   return floats;
 }
@@ -499,9 +565,31 @@ void direct_conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float
     const Plans p = make_plans<decltype(shape)>(g);
     MNIST_LAUNCH(direct_conv2d_forward_kernel, static_cast<unsigned>(p.forward_tiles.tiles),
                  p.forward_tiles.threads, 0, stream)
-    (shape, p.forward, p.forward_tiles, x, weight, bias, y);
+    (shape, p.forward, p.forward_tiles, x, weight, bias, y, nullptr);
   });
   MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_forward_kernel");
+}
+
+void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                                 const float* weight, const float* bias, float* y, float* sum,
+                                 float* sumsq, float* workspace) {
+  std::string why_not;
+  MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_forward_stats: {}", why_not);
+  check_workspace(workspace, "direct_conv2d_forward_stats");
+  with_shape(g, [&](auto shape) {
+    using S = decltype(shape);
+    const Plans p = make_plans<S>(g);
+    double* partial = reinterpret_cast<double*>(workspace);
+    if (g.n > 0) {
+      MNIST_LAUNCH(direct_conv2d_forward_kernel, static_cast<unsigned>(p.forward_tiles.tiles),
+                   p.forward_tiles.threads, 0, stream)
+      (shape, p.forward, p.forward_tiles, x, weight, bias, y, partial);
+      MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_forward_kernel (with statistics)");
+    }
+    // n == 0: the reduce over zero blocks assigns zero sums.
+    reduce_partials(stream, 2 * S::K, static_cast<int>(p.forward_tiles.tiles), partial, S::K, sum,
+                    sumsq);
+  });
 }
 
 void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
@@ -523,10 +611,7 @@ void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, co
                                     const float* dy, float* dweight, float* workspace) {
   std::string why_not;
   MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_backward_weights: {}", why_not);
-  MNIST_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0,
-              "direct_conv2d_backward_weights: workspace {} is not {}-byte aligned (it holds "
-              "doubles)",
-              static_cast<const void*>(workspace), alignof(double));
+  check_workspace(workspace, "direct_conv2d_backward_weights");
   with_shape(g, [&](auto shape) {
     using S = decltype(shape);
     const Plans p = make_plans<S>(g);
@@ -538,10 +623,7 @@ void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, co
       MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_weights_kernel");
     }
     // n == 0: no blocks wrote partials; the reduce over zero blocks assigns zeros.
-    MNIST_LAUNCH(direct_conv2d_weights_reduce_kernel, ceil_div(S::kWeights, 32), 32 * kReduceWarps,
-                 0, stream)
-    (S::kWeights, p.weight_blocks, partial, dweight);
-    MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_weights_reduce_kernel");
+    reduce_partials(stream, S::kWeights, p.weight_blocks, partial, S::kWeights, dweight, nullptr);
   });
 }
 

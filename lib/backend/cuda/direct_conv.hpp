@@ -22,14 +22,20 @@ namespace mnist::cuda {
 // nullptr, *why_not says which rule `g` breaks, with its values.
 bool direct_conv_supports(const Conv2dGeom& g, std::string* why_not = nullptr);
 
-// Floats of workspace direct_conv2d_backward_weights needs for `g` (its per-block partial sums, in
-// double). Never decreases with g.n, so a workspace sized at the largest batch fits every smaller
-// one. 0 when g is not supported.
+// Floats of workspace direct_conv2d_backward_weights and direct_conv2d_forward_stats need for `g`
+// (their per-block partial sums, in double). Never decreases with g.n, so a workspace sized at the
+// largest batch fits every smaller one. 0 when g is not supported.
 std::size_t direct_conv_workspace_floats(const Conv2dGeom& g);
 
 // Assigns y = conv(x, weight) + bias (bias may be nullptr). Requires direct_conv_supports(g).
 void direct_conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                            const float* weight, const float* bias, float* y);
+// direct_conv2d_forward, then sum[k] and sumsq[k] of y over (n, out_h, out_w) (batch_norm_stats'
+// contract), taken per tile while the outputs are in registers and added in a fixed order.
+// workspace: at least direct_conv_workspace_floats(g) floats, 8-byte aligned.
+void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                                 const float* weight, const float* bias, float* y, float* sum,
+                                 float* sumsq, float* workspace);
 // Assigns dx[n, c, h, w] = transposed convolution of dy with weight.
 void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
                                  const float* weight, float* dx);
