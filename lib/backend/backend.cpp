@@ -1,6 +1,8 @@
-// Backend methods with a default: conv2d_forward_stats composes two calls; the fused block's,
-// which only some engines implement (see backend.hpp), refuse, naming the backend, so a model that
-// asked for a fused block where fuses_conv_block() said no fails loudly.
+// Backend methods with a default: conv2d_forward_stats, dense_softmax_cross_entropy and
+// adam_update_partials compose the
+// calls they stand for (the CPU backend's fused ops, the oracle of the CUDA kernels); the fused
+// block's, which only some engines implement (see backend.hpp), refuse, naming the backend, so a
+// model that asked for a fused block where fuses_conv_block() said no fails loudly.
 #include "backend/backend.hpp"
 
 #include "build_info.hpp"
@@ -29,6 +31,33 @@ void Backend::conv2d_forward_stats(const Conv2dGeom& g, const float* x, const fl
                                    float* workspace) {
   conv2d_forward(g, x, weight, bias, y, workspace);
   batch_norm_stats(ChannelGeom{g.n, g.k, g.out_h * g.out_w}, y, sum, sumsq);
+}
+
+std::size_t Backend::dense_softmax_cross_entropy_workspace_floats(int n, int in, int k) {
+  (void)in;
+  return 2 * static_cast<std::size_t>(n) * static_cast<std::size_t>(k);  // logits, dlogits
+}
+
+void Backend::dense_softmax_cross_entropy(int n, int in, int k, const float* x, const float* weight,
+                                          const float* bias, const int32_t* labels,
+                                          float grad_scale, float* dx, float* dweight, float* dbias,
+                                          float* metrics, float* workspace) {
+  float* logits = workspace;
+  float* dlogits = workspace + static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
+  dense_forward(n, in, k, x, weight, bias, logits);
+  softmax_cross_entropy(n, k, logits, labels, grad_scale, dlogits, metrics);
+  dense_backward_weights(n, in, k, x, dlogits, dweight, dbias);
+  if (dx) dense_backward_data(n, in, k, dlogits, weight, dx);
+}
+
+void Backend::adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                                   float* params, const float* partials, int parts, float* grads,
+                                   float* m, float* v) {
+  MNIST_CHECK(parts >= 1, "{}: adam_update_partials needs at least 1 partial, got {}", name(),
+              parts);
+  if (n > 0) copy_on_device(grads, partials, n * sizeof(float));
+  for (int p = 1; p < parts; ++p) add(n, partials + static_cast<std::size_t>(p) * n, grads);
+  adam_update(n, n_decay, s, params, grads, m, v);
 }
 
 void Backend::bn_relu_pool_forward(const PoolGeom&, const float*, const float*, const float*,

@@ -26,8 +26,9 @@ namespace mnist {
 enum class DeviceKind { cpu, cuda };
 
 // Which implementation runs each direction of one convolution (Backend::conv2d_algorithms): a
-// cuDNN algorithm's name ("IMPLICIT_PRECOMP_GEMM", "ALGO_1") or "native", with the reason in
-// parentheses when an engine that prefers cuDNN falls back to the native kernels.
+// cuDNN algorithm's name ("IMPLICIT_PRECOMP_GEMM", "ALGO_1"), "direct" (the hand-written direct
+// kernels for small channel counts) or "native" (the hand-written implicit GEMM), with the reason
+// in parentheses when an engine that prefers cuDNN falls back to the hand-written kernels.
 struct Conv2dAlgorithms {
   std::string forward = "native", backward_data = "native", backward_weights = "native";
 };
@@ -181,6 +182,31 @@ class Backend {
   virtual void scale(std::size_t n, float alpha, float* x) = 0;   // x *= alpha
   virtual void add(std::size_t n, const float* x, float* y) = 0;  // y += x
   virtual bool all_finite(std::size_t n, const float* x) = 0;     // waits for the answer
+
+  // ---- fused ops: one call for a chain of the ops above, with the chain's math ----------------
+  // The default runs the chain (for the CPU backend: the CPU ops, the oracle of every fused
+  // kernel); an engine may replace it with fewer kernels.
+  //
+  // The network's head and its loss: logits = dense_forward(x, weight, bias), then
+  // softmax_cross_entropy(logits, labels, grad_scale, dlogits, metrics), then
+  // dense_backward_weights(x, dlogits, dweight, dbias) and, when dx is not nullptr,
+  // dense_backward_data(dlogits, weight, dx). x[n, in], weight[k, in], bias[k] or nullptr,
+  // labels int32[n]. Accumulates metrics; assigns dweight[k, in], dbias[k] (when not nullptr) and
+  // dx[n, in] (when not nullptr). workspace: at least
+  // dense_softmax_cross_entropy_workspace_floats(n, in, k) floats.
+  virtual std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k);
+  virtual void dense_softmax_cross_entropy(int n, int in, int k, const float* x,
+                                           const float* weight, const float* bias,
+                                           const int32_t* labels, float grad_scale, float* dx,
+                                           float* dweight, float* dbias, float* metrics,
+                                           float* workspace);
+  // Adam on a gradient that arrives as `parts` partial sums: grads[i] = partials[0][i] +
+  // partials[1][i] + ..., added in float in part order (the chain copy_on_device, then add() per
+  // part), then adam_update(n, n_decay, s, params, grads, m, v). partials[parts, n], parts >= 1.
+  // Assigns grads[n] (for finiteness checks and logs); updates params, m, v in place.
+  virtual void adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                                    float* params, const float* partials, int parts, float* grads,
+                                    float* m, float* v);
 };
 
 // How a backend is built. `engine` picks the implementation of the heavy ops (the engine table,

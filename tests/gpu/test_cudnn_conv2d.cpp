@@ -48,9 +48,21 @@ std::unique_ptr<mnist::Backend> fresh_backend(const std::string& engine) {
 
 }  // namespace
 
-TEST_CASE("native and cublas engines report the native convolution", "[gpu][conv2d]") {
+TEST_CASE("native and cublas engines report the hand-written convolution they run",
+          "[gpu][conv2d]") {
+  mnist::Conv2dGeom strided = seed_conv(64, true);
+  strided.stride_h = strided.stride_w = 2;
+  strided.out_h = strided.out_w = 7;
   for (const std::string engine : {"native", "cublas"}) {
-    const mnist::Conv2dAlgorithms a = gpu(engine).conv2d_algorithms(seed_conv(64, false));
+    INFO("engine " << engine);
+    // The seed's convolutions run the direct kernels; a stride-2 one the implicit GEMM.
+    for (bool second : {false, true}) {
+      const mnist::Conv2dAlgorithms a = gpu(engine).conv2d_algorithms(seed_conv(64, second));
+      CHECK(a.forward == "direct");
+      CHECK(a.backward_data == "direct");
+      CHECK(a.backward_weights == "direct");
+    }
+    const mnist::Conv2dAlgorithms a = gpu(engine).conv2d_algorithms(strided);
     CHECK(a.forward == "native");
     CHECK(a.backward_data == "native");
     CHECK(a.backward_weights == "native");

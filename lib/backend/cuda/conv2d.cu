@@ -1,3 +1,7 @@
+// Dispatch: geometries direct_conv_supports() accepts (stride 1, the small channel counts of the
+// seed networks) run the direct kernels of direct_conv.cu; every other one runs the implicit GEMM
+// below. The bias gradient is the same channel reduction for both.
+//
 // Convolution as implicit GEMM: the im2col matrix is never materialised; the B-operand loader of
 // tiled_gemm.cuh computes each patch element's address (zero in the padding) on the fly.
 // clang-format off
@@ -15,8 +19,10 @@
 
 #include <algorithm>
 
+#include "backend/cuda/batch_norm.hpp"
 #include "backend/cuda/channel_reduce.cuh"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/direct_conv.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/tiled_gemm.cuh"
 
@@ -123,12 +129,18 @@ struct StoreFirst {
 
 }  // namespace
 
+std::string conv2d_implementation(const Conv2dGeom& g) {
+  return direct_conv_supports(g) ? "direct" : "native";
+}
+
 std::size_t conv2d_workspace_floats(const Conv2dGeom& g) {
+  if (direct_conv_supports(g)) return direct_conv_workspace_floats(g);
   return static_cast<std::size_t>(weight_splits(g)) * g.k * g.c * g.kh * g.kw;
 }
 
 void conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x, const float* weight,
                     const float* bias, float* y) {
+  if (direct_conv_supports(g)) return direct_conv2d_forward(stream, g, x, weight, bias, y);
   if (g.n == 0 || g.k == 0) return;
   MNIST_LAUNCH(conv2d_forward_kernel, gemm_grid(g.k, g.n * g.out_h * g.out_w), kGemmThreads, 0,
                stream)
@@ -136,8 +148,19 @@ void conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x, co
   MNIST_CUDA_LAUNCH_CHECK(stream, "conv2d_forward_kernel");
 }
 
+void conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                          const float* weight, const float* bias, float* y, float* sum,
+                          float* sumsq, float* workspace, const ReduceScratch& scratch) {
+  if (direct_conv_supports(g)) {
+    return direct_conv2d_forward_stats(stream, g, x, weight, bias, y, sum, sumsq, workspace);
+  }
+  conv2d_forward(stream, g, x, weight, bias, y);
+  batch_norm_stats(stream, ChannelGeom{g.n, g.k, g.out_h * g.out_w}, y, sum, sumsq, scratch);
+}
+
 void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
                           const float* weight, float* dx) {
+  if (direct_conv_supports(g)) return direct_conv2d_backward_data(stream, g, dy, weight, dx);
   if (g.n == 0 || g.c == 0) return;
   MNIST_LAUNCH(conv2d_backward_data_kernel, gemm_grid(g.c, g.n * g.h * g.w), kGemmThreads, 0,
                stream)
@@ -150,7 +173,9 @@ void conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const flo
                              const ReduceScratch& scratch) {
   const int patch = g.c * g.kh * g.kw;
   const std::size_t size = static_cast<std::size_t>(g.k) * patch;
-  if (size > 0) {
+  if (direct_conv_supports(g)) {
+    direct_conv2d_backward_weights(stream, g, x, dy, dweight, workspace);
+  } else if (size > 0) {
     const int splits = weight_splits(g);
     const int reduction = g.n * g.out_h * g.out_w;
     // Whole K tiles per split, so splits never share a tile of the reduction.

@@ -19,8 +19,10 @@
 #include "backend/cuda/conv2d.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/dense.hpp"
+#include "backend/cuda/dense_head.hpp"
 #include "backend/cuda/dropout.hpp"
 #include "backend/cuda/elementwise.hpp"
+#include "backend/cuda/fused_optimizer.hpp"
 #include "backend/cuda/gather_batch.hpp"
 #include "backend/cuda/max_pool.hpp"
 #include "backend/cuda/optimizer.hpp"
@@ -214,12 +216,13 @@ class CudaBackend final : public Backend {
 #endif
     return std::max<std::size_t>(floats, 1);
   }
-  Conv2dAlgorithms conv2d_algorithms([[maybe_unused]] const Conv2dGeom& g) override {
+  Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) override {
     activate();
 #if MNIST_HAVE_CUDNN
     if (engine_ == Engine::cudnn) return cudnn_->algorithms(g);
 #endif
-    return Conv2dAlgorithms{};
+    const std::string name = cuda::conv2d_implementation(g);
+    return Conv2dAlgorithms{name, name, name};
   }
   void conv2d_forward(const Conv2dGeom& g, const float* x, const float* weight, const float* bias,
                       float* y, float* workspace) override {
@@ -229,6 +232,17 @@ class CudaBackend final : public Backend {
 #endif
     (void)workspace;
     cuda::conv2d_forward(stream_, g, x, weight, bias, y);
+  }
+  void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                            const float* bias, float* y, float* sum, float* sumsq,
+                            float* workspace) override {
+    activate();
+#if MNIST_HAVE_CUDNN
+    if (use_cudnn(g)) {
+      return Backend::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
+    }
+#endif
+    cuda::conv2d_forward_stats(stream_, g, x, weight, bias, y, sum, sumsq, workspace, scratch_);
   }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
@@ -408,6 +422,35 @@ class CudaBackend final : public Backend {
         cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
     MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return *flag_host_ != 0;
+  }
+
+  // ---- fused ops (sizes the fused kernels do not take run the base class's chain) --------------
+  std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k) override {
+    if (cuda::dense_head_supports(n, in, k)) return cuda::dense_head_workspace_floats(n, in, k);
+    return Backend::dense_softmax_cross_entropy_workspace_floats(n, in, k);
+  }
+  void dense_softmax_cross_entropy(int n, int in, int k, const float* x, const float* weight,
+                                   const float* bias, const int32_t* labels, float grad_scale,
+                                   float* dx, float* dweight, float* dbias, float* metrics,
+                                   float* workspace) override {
+    activate();
+    if (!cuda::dense_head_supports(n, in, k)) {
+      return Backend::dense_softmax_cross_entropy(n, in, k, x, weight, bias, labels, grad_scale, dx,
+                                                  dweight, dbias, metrics, workspace);
+    }
+    cuda::dense_softmax_cross_entropy(stream_, n, in, k, x, weight, bias, labels, grad_scale, dx,
+                                      dweight, dbias, metrics, workspace);
+  }
+  void adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                            float* params, const float* partials, int parts, float* grads, float* m,
+                            float* v) override {
+    activate();
+    MNIST_CHECK(parts >= 1, "{}: adam_update_partials needs at least 1 partial, got {}", name_,
+                parts);
+    MNIST_CHECK(n_decay <= n, "{}: adam_update_partials with n_decay {} > n {}", name_, n_decay, n);
+    MNIST_CHECK(s.step >= 1, "{}: adam_update_partials needs a 1-based step, got {}", name_,
+                s.step);
+    cuda::adam_update_partials(stream_, n, n_decay, s, params, partials, parts, grads, m, v);
   }
 
  private:

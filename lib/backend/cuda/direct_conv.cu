@@ -1,0 +1,630 @@
+// Direct convolution for small channel counts: the seed networks' 1->6 and 6->12 (5x5), and the
+// tf.layers variant's 1->12 (5x5) and 12->24 (3x3). The tiled implicit GEMM (conv2d.cu) spends
+// most of its multiply-adds on the padding of 64-row tiles when there are 6 or 12 filters, and its
+// operand loaders divide at run time; here the channel counts and the kernel size are template
+// parameters, every inner loop has compile-time bounds, and no division runs in them.
+//
+// How the work is split:
+//   forward, backward_data (one body, correlate_tile): a block takes one tile of `rows` x `cols`
+//     output pixels of one sample; the grid is n * tiles-per-sample blocks. The block stages the
+//     input tile with its halo (CIN x (rows+KH-1) x (cols+KW-1), zeros outside the image) and all
+//     weights ([CIN*KH*KW][COUT]: one tap's COUT weights are adjacent, read as vectors that every
+//     lane of a warp shares, a broadcast) into shared memory. Each thread then computes P adjacent
+//     output pixels of one row for ALL output channels: per (channel, kernel row) it reads
+//     P+KW-1 inputs into registers and does P*KW*COUT FMAs. backward_data is the same correlation
+//     of dy with the weights transposed (k <-> c) and flipped (r -> KH-1-r), padded by KH-1-pad.
+//   forward_stats: the forward correlation, whose blocks then add the batch-norm sums of their
+//     tile (sum and sum of squares per channel: fp32 per thread, shuffles per warp, double across
+//     warps) into the workspace, one row per block; the same fixed-order reduce as
+//     backward_weights' adds the rows.
+//   backward_weights: a fixed grid of at most kWeightBlocks blocks; block b takes tiles b,
+//     b + grid, ... in that order, staging the x tile (with halo) and the dy tile ([pixel][K], so a
+//     thread's KB channels are adjacent). A thread owns one (c, r, group of KB filters) and all
+//     KW taps s: KB*KW fp32 accumulators; `parts` threads share each owner and take every
+//     parts-th row of the tile, sliding a KW-wide window along the row (one new input per pixel).
+//     At the end the block adds its parts in double in part order, writes one double per weight
+//     to the workspace, and direct_conv2d_partials_reduce_kernel adds the blocks in a fixed order
+//     (32 weights per block, 8 fixed strided partial sums each). No atomics anywhere: the results
+//     repeat bit for bit, run after run.
+//
+// Shared memory: every kernel here carves one static pool of kPoolFloats (24 KB). One pool, not a
+// static array per instantiation, because the CUDA emulation poisons the whole __shared__ section
+// at the start of every block of every kernel: per-instantiation arrays would make every emulated
+// launch of the project slower. The host planners (plan_correlation, plan_weights) shrink tiles
+// until they fit.
+//
+// Performance model on one H200 (FP32 67 TFLOP/s, HBM 4.8 TB/s), seed network at batch 1024. An
+// ESTIMATE from the code, not measured (no GPU was available while this was written): time is
+// max(bytes / 4.8 TB/s, FLOPs / (67 TFLOP/s * efficiency)) with an assumed efficiency of 50% for
+// the correlations (about one shared-memory load per 5-6 FMAs, 77-88% of lanes holding a pixel)
+// and 40% for backward_weights (its window shifts and row tails), plus ~3 us for its reduce
+// launch.
+// clang-format off
+//   launch                         GFLOP   MB moved   model
+//   conv1 1->6 forward             0.241     22.5      ~7 us   (compute bound)
+//   conv1 1->6 backward_weights    0.241     22.8     ~12 us   (9 us + reduce)
+//   conv2 6->12 forward            0.723     14.4     ~22 us
+//   conv2 6->12 backward_data      0.723     14.4     ~22 us
+//   conv2 6->12 backward_weights   0.723     21.8     ~30 us   (27 us + reduce)
+//   five convolutions                                ~95 us   (tiled GEMM: ~1.9 ms, issue 16's model)
+// clang-format on
+// (conv1's backward_data is not run: the network's input needs no gradient.)
+#include "backend/cuda/direct_conv.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/launch.cuh"
+#include "core/error.hpp"
+
+namespace mnist::cuda {
+namespace {
+
+constexpr int kMaxThreads = 256;
+constexpr int kPoolFloats = 6144;
+constexpr int kMaxTileCols = 64;
+// Blocks of backward_weights: enough to fill an H200 twice over; fixed (not read from the device)
+// so that the summation order, and so the bits, are the same on every GPU.
+constexpr int kWeightBlocks = 256;
+
+// One (c, k, kh, kw) the kernels are compiled for. Passed to the kernels as an empty first
+// argument so that the launch deduces the shape (MNIST_LAUNCH takes a kernel name without commas).
+template <int C_, int K_, int KH_, int KW_>
+struct Shape {
+  static constexpr int C = C_, K = K_, KH = KH_, KW = KW_;
+  static constexpr int kWeights = K * C * KH * KW;
+};
+
+struct alignas(16) Vec4 {
+  float x, y, z, w;
+};
+struct alignas(8) Vec2 {
+  float x, y;
+};
+
+__shared__ Vec4 pool_storage[kPoolFloats / 4];
+
+__device__ __forceinline__ float* pool() {
+  return reinterpret_cast<float*>(pool_storage);
+}
+
+// out[0..N) = src[0..N) from shared memory, as 16- or 8-byte loads when N allows; src must then
+// be aligned to 16 (N % 4 == 0) or 8 (N % 2 == 0) bytes.
+template <int N>
+__device__ __forceinline__ void load_row(const float* src, float (&out)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const Vec4 v = reinterpret_cast<const Vec4*>(src)[i];
+      out[4 * i] = v.x;
+      out[4 * i + 1] = v.y;
+      out[4 * i + 2] = v.z;
+      out[4 * i + 3] = v.w;
+    }
+  } else if constexpr (N % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const Vec2 v = reinterpret_cast<const Vec2*>(src)[i];
+      out[2 * i] = v.x;
+      out[2 * i + 1] = v.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = src[i];
+  }
+}
+
+// Output pixels per thread in the correlations: 4 while that keeps the accumulators (P * COUT)
+// at 24 or fewer, else 2.
+__host__ __device__ constexpr int pixels_per_thread(int cout) {
+  return cout <= 6 ? 4 : 2;
+}
+// Filters per backward_weights thread (KB): 6 when K allows it, else 4, 2 or 1.
+__host__ __device__ constexpr int filters_per_thread(int k) {
+  return k % 6 == 0 ? 6 : k % 4 == 0 ? 4 : k % 2 == 0 ? 2 : 1;
+}
+__host__ __device__ constexpr int round_up4(int v) {
+  return (v + 3) / 4 * 4;
+}
+
+// Where a block's tiles lie and how its threads map onto them; planned on the host.
+struct Tiling {
+  int rows = 0, cols = 0;  // output pixels per tile
+  int tiles_x = 0, tiles_per_sample = 0;
+  int strips = 0;       // threads per tile row (cols / P) in the correlations
+  int parts = 0;        // threads per owner in backward_weights
+  int threads = 0;      // block size, a multiple of 32
+  long long tiles = 0;  // n * tiles_per_sample
+};
+
+// A correlation of in[n, CIN, in_h, in_w] (zero outside) into out[n, COUT, out_h, out_w]:
+// out[o, y, x] = sum over (i, r, s) of w[(i, r, s), o] * in[i, y - pad_h + r, x - pad_w + s].
+struct Correlation {
+  int n = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0, pad_h = 0, pad_w = 0;
+};
+
+// Output tile for a correlation with CIN inputs, `weight_floats` staged weights and P pixels per
+// thread: full rows up to kMaxTileCols wide, as many rows as kMaxThreads threads and the pool
+// allow. tiles_per_sample == 0 when not even one row fits.
+Tiling plan_correlation(int cin, int kh, int kw, int weight_floats, int p, int out_h, int out_w) {
+  Tiling t;
+  const int budget = kPoolFloats - round_up4(weight_floats);
+  auto fits = [&](int rows, int cols) {
+    return static_cast<long long>(cin) * (rows + kh - 1) * (cols + kw - 1) <= budget;
+  };
+  t.cols = std::min((out_w + p - 1) / p * p, kMaxTileCols);
+  while (t.cols > p && !fits(1, t.cols)) t.cols -= p;
+  if (!fits(1, t.cols)) return t;
+  t.strips = t.cols / p;
+  t.rows = std::max(1, std::min(out_h, kMaxThreads / t.strips));
+  while (t.rows > 1 && !fits(t.rows, t.cols)) --t.rows;
+  t.tiles_x = ceil_div(out_w, t.cols);
+  t.tiles_per_sample = t.tiles_x * ceil_div(out_h, t.rows);
+  t.threads = ceil_div(t.strips * t.rows, 32) * 32;
+  return t;
+}
+
+// Output tile for backward_weights: the x tile with halo plus the dy tile must fit the pool (the
+// partial sums reuse it afterwards); `owners` threads per part.
+Tiling plan_weights(int c, int k, int kh, int kw, int owners, int max_parts, int out_h, int out_w) {
+  Tiling t;
+  auto fits = [&](int rows, int cols) {
+    const long long x_tile = round_up4(c * (rows + kh - 1) * (cols + kw - 1));
+    return x_tile + static_cast<long long>(k) * rows * cols <= kPoolFloats;
+  };
+  t.cols = std::min(out_w, kMaxTileCols);
+  while (t.cols > 1 && !fits(1, t.cols)) --t.cols;
+  if (!fits(1, t.cols)) return t;
+  t.rows = out_h;
+  while (t.rows > 1 && !fits(t.rows, t.cols)) --t.rows;
+  t.parts = std::min(max_parts, t.rows);
+  t.tiles_x = ceil_div(out_w, t.cols);
+  t.tiles_per_sample = t.tiles_x * ceil_div(out_h, t.rows);
+  t.threads = ceil_div(owners * t.parts, 32) * 32;
+  return t;
+}
+
+// Stages in[sample, 0..CIN, y0 - pad_h .., x0 - pad_w ..] as a CIN x th x tw tile, zeros outside
+// the input plane. Warps take rows, lanes take columns: no division.
+template <int CIN>
+__device__ __forceinline__ void stage_input_tile(const Correlation& a, int sample, int y0, int x0,
+                                                 int th, int tw, const float* in, float* tile) {
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int ci = 0; ci < CIN; ++ci) {
+    for (int yy = warp; yy < th; yy += warps) {
+      const int gy = y0 - a.pad_h + yy;
+      const bool row_inside = gy >= 0 && gy < a.in_h;
+      const std::size_t row =
+          row_inside ? ((static_cast<std::size_t>(sample) * CIN + ci) * a.in_h + gy) * a.in_w : 0;
+      float* dst = tile + (ci * th + yy) * tw;
+      for (int xx = lane; xx < tw; xx += 32) {
+        const int gx = x0 - a.pad_w + xx;
+        dst[xx] = row_inside && gx >= 0 && gx < a.in_w ? in[row + gx] : 0.0f;
+      }
+    }
+  }
+}
+
+// The block's share of a correlation; the weights are already in pool()[0, CIN*KH*KW*COUT) as
+// [(i, r, s)][o]. Every thread of the block must call it (it holds barriers). When stats is not
+// nullptr the block also writes the sum and the sum of squares of its outputs per channel to
+// stats[blockIdx.x][2 * COUT] (sums first): fp32 per thread, a fixed butterfly of shuffles per
+// warp, then the warps in order in double.
+template <int CIN, int COUT, int KH, int KW>
+__device__ __forceinline__ void correlate_tile(const Correlation& a, const Tiling& t,
+                                               const float* in, const float* bias, float* out,
+                                               double* stats) {
+  constexpr int P = pixels_per_thread(COUT);
+  constexpr int kWeightFloats = round_up4(CIN * KH * KW * COUT);
+  float* weights = pool();
+  float* tile = pool() + kWeightFloats;
+  const int sample = blockIdx.x / t.tiles_per_sample;
+  const int tile_index = blockIdx.x % t.tiles_per_sample;
+  const int y0 = tile_index / t.tiles_x * t.rows, x0 = tile_index % t.tiles_x * t.cols;
+  const int th = t.rows + KH - 1, tw = t.cols + KW - 1;
+  stage_input_tile<CIN>(a, sample, y0, x0, th, tw, in, tile);
+  __syncthreads();
+
+  const int sx = threadIdx.x % t.strips, sy = threadIdx.x / t.strips;
+  const bool active = sy < t.rows;  // the block's last warp may have threads past the tile
+  float acc[P][COUT] = {};
+#pragma unroll 1
+  for (int ci = 0; ci < (active ? CIN : 0); ++ci) {
+#pragma unroll
+    for (int r = 0; r < KH; ++r) {
+      const float* row = tile + (ci * th + sy + r) * tw + sx * P;
+      float v[P + KW - 1];
+#pragma unroll
+      for (int j = 0; j < P + KW - 1; ++j) v[j] = row[j];
+#pragma unroll
+      for (int s = 0; s < KW; ++s) {
+        float w[COUT];
+        load_row<COUT>(weights + ((ci * KH + r) * KW + s) * COUT, w);
+#pragma unroll
+        for (int o = 0; o < COUT; ++o) {
+#pragma unroll
+          for (int q = 0; q < P; ++q) acc[q][o] = fmaf(v[q + s], w[o], acc[q][o]);
+        }
+      }
+    }
+  }
+  const int oy = y0 + sy;
+  float sum[COUT] = {}, sumsq[COUT] = {};
+  if (active && oy < a.out_h) {
+    const std::size_t plane = static_cast<std::size_t>(a.out_h) * a.out_w;
+    float* dst = out + static_cast<std::size_t>(sample) * COUT * plane +
+                 static_cast<std::size_t>(oy) * a.out_w;
+#pragma unroll
+    for (int q = 0; q < P; ++q) {
+      const int ox = x0 + sx * P + q;
+      if (ox >= a.out_w) break;
+#pragma unroll
+      for (int o = 0; o < COUT; ++o) {
+        const float value = acc[q][o] + (bias ? bias[o] : 0.0f);
+        dst[o * plane + ox] = value;
+        sum[o] += value;
+        sumsq[o] += value * value;
+      }
+    }
+  }
+  if (!stats) return;  // the same for the whole block
+
+  // Batch-norm statistics of the tile. The weights and the tile are dead: the pool takes the
+  // warps' sums, [warp][2 * COUT].
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+#pragma unroll
+  for (int o = 0; o < COUT; ++o) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      sum[o] += __shfl_xor_sync(0xffffffffu, sum[o], offset);
+      sumsq[o] += __shfl_xor_sync(0xffffffffu, sumsq[o], offset);
+    }
+  }
+  __syncthreads();
+  float* warp_sums = pool();
+  if (lane == 0) {
+#pragma unroll
+    for (int o = 0; o < COUT; ++o) {
+      warp_sums[warp * 2 * COUT + o] = sum[o];
+      warp_sums[warp * 2 * COUT + COUT + o] = sumsq[o];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < 2 * COUT; e += blockDim.x) {
+    double total = 0.0;
+    for (int w = 0; w < warps; ++w) total += warp_sums[w * 2 * COUT + e];
+    stats[static_cast<std::size_t>(blockIdx.x) * 2 * COUT + e] = total;
+  }
+}
+
+template <class S>
+__global__ void __launch_bounds__(kMaxThreads)
+    direct_conv2d_forward_kernel(S, Correlation a, Tiling t, const float* x, const float* weight,
+                                 const float* bias, float* y, double* stats) {
+  // weight[k, c, r, s] -> pool[(c, r, s)][k]
+  constexpr int kTaps = S::C * S::KH * S::KW;
+  for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x)
+    pool()[(i % kTaps) * S::K + i / kTaps] = weight[i];
+  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, x, bias, y, stats);
+}
+
+template <class S>
+__global__ void __launch_bounds__(kMaxThreads)
+    direct_conv2d_backward_data_kernel(S, Correlation a, Tiling t, const float* dy,
+                                       const float* weight, float* dx) {
+  // weight[k, c, r, s] -> pool[(k, KH-1-r, KW-1-s)][c]: transposed and flipped
+  constexpr int kTaps = S::KH * S::KW;
+  for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x) {
+    const int s = i % S::KW, r = i / S::KW % S::KH, ci = i / kTaps % S::C, ko = i / (kTaps * S::C);
+    pool()[((ko * S::KH + S::KH - 1 - r) * S::KW + S::KW - 1 - s) * S::C + ci] = weight[i];
+  }
+  correlate_tile<S::K, S::C, S::KH, S::KW>(a, t, dy, nullptr, dx, nullptr);
+}
+
+template <class S>
+__global__ void __launch_bounds__(kMaxThreads)
+    direct_conv2d_backward_weights_kernel(S, Correlation a, Tiling t, const float* x,
+                                          const float* dy, double* partial /* [grid, weights] */) {
+  constexpr int C = S::C, K = S::K, KH = S::KH, KW = S::KW;
+  constexpr int KB = filters_per_thread(K), kGroups = K / KB, kOwners = C * KH * kGroups;
+  // Thread = part * kOwners + owner; owner = (c * KH + r) * kGroups + group.
+  const int owner = threadIdx.x % kOwners, part = threadIdx.x / kOwners;
+  const int group = owner % kGroups, r = owner / kGroups % KH, ci = owner / (kGroups * KH);
+  const bool active = part < t.parts;
+  const int th = t.rows + KH - 1, tw = t.cols + KW - 1;
+  float* x_tile = pool();
+  float* dy_tile = pool() + round_up4(C * th * tw);  // [rows][cols][K]
+  const std::size_t out_plane = static_cast<std::size_t>(a.out_h) * a.out_w;
+
+  float acc[KB][KW] = {};
+  for (long long tile = blockIdx.x; tile < t.tiles; tile += gridDim.x) {
+    const int sample = static_cast<int>(tile / t.tiles_per_sample);
+    const int tile_index = static_cast<int>(tile % t.tiles_per_sample);
+    const int y0 = tile_index / t.tiles_x * t.rows, x0 = tile_index % t.tiles_x * t.cols;
+    stage_input_tile<C>(a, sample, y0, x0, th, tw, x, x_tile);
+    // dy tile, zeros past the output plane so the sums need no bounds checks. Warps take rows,
+    // lanes take columns, as in stage_input_tile.
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int ko = 0; ko < K; ++ko) {
+      for (int yy = warp; yy < t.rows; yy += warps) {
+        const int oy = y0 + yy;
+        const std::size_t row = oy < a.out_h
+                                    ? (static_cast<std::size_t>(sample) * K + ko) * out_plane +
+                                          static_cast<std::size_t>(oy) * a.out_w
+                                    : 0;
+        for (int xx = lane; xx < t.cols; xx += 32) {
+          const int ox = x0 + xx;
+          dy_tile[(yy * t.cols + xx) * K + ko] = oy < a.out_h && ox < a.out_w ? dy[row + ox] : 0.0f;
+        }
+      }
+    }
+    __syncthreads();
+    if (active) {
+      for (int yy = part; yy < t.rows; yy += t.parts) {
+        const float* in_row = x_tile + (ci * th + yy + r) * tw;
+        const float* dy_row = dy_tile + yy * t.cols * K + group * KB;
+        float window[KW];
+#pragma unroll
+        for (int s = 0; s < KW - 1; ++s) window[s] = in_row[s];
+        for (int xx = 0; xx < t.cols; ++xx) {
+          window[KW - 1] = in_row[xx + KW - 1];
+          float d[KB];
+          load_row<KB>(dy_row + xx * K, d);
+#pragma unroll
+          for (int b = 0; b < KB; ++b) {
+#pragma unroll
+            for (int s = 0; s < KW; ++s) acc[b][s] = fmaf(d[b], window[s], acc[b][s]);
+          }
+#pragma unroll
+          for (int s = 0; s < KW - 1; ++s) window[s] = window[s + 1];
+        }
+      }
+    }
+    __syncthreads();  // the next tile (or the partial sums) overwrites the pool
+  }
+
+  // The block's parts, added in part order in double; the tiles are dead, the pool holds them.
+  float* sums = pool();  // [parts][kWeights]
+  if (active) {
+#pragma unroll
+    for (int b = 0; b < KB; ++b) {
+      const int ko = group * KB + b;
+#pragma unroll
+      for (int s = 0; s < KW; ++s)
+        sums[part * S::kWeights + ((ko * C + ci) * KH + r) * KW + s] = acc[b][s];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x) {
+    double sum = 0.0;
+    for (int p = 0; p < t.parts; ++p) sum += sums[p * S::kWeights + i];
+    partial[static_cast<std::size_t>(blockIdx.x) * S::kWeights + i] = sum;
+  }
+}
+
+// out[i] = sum over blocks b of partial[b, i] for i < columns (out_hi[i - split] from i = split
+// on, when out_hi is not nullptr), in a fixed order: a block takes 32 columns; its 8 warps each
+// add every 8th block (warp w: blocks w, w + 8, ...), then warp 0 adds the 8 sums.
+constexpr int kReduceWarps = 8;
+__global__ void __launch_bounds__(32 * kReduceWarps)
+    direct_conv2d_partials_reduce_kernel(int columns, int blocks,
+                                         const double* partial /* [blocks, columns] */, int split,
+                                         float* out, float* out_hi) {
+  __shared__ double warp_sums[kReduceWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int i = blockIdx.x * 32 + lane;
+  double sum = 0.0;
+  if (i < columns) {
+    for (int b = warp; b < blocks; b += kReduceWarps)
+      sum += partial[static_cast<std::size_t>(b) * columns + i];
+  }
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && i < columns) {
+    double total = 0.0;
+    for (int w = 0; w < kReduceWarps; ++w) total += warp_sums[w][lane];
+    if (i < split) {
+      out[i] = static_cast<float>(total);
+    } else {
+      out_hi[i - split] = static_cast<float>(total);
+    }
+  }
+}
+
+void reduce_partials(cudaStream_t stream, int columns, int blocks, const double* partial, int split,
+                     float* out, float* out_hi) {
+  MNIST_LAUNCH(direct_conv2d_partials_reduce_kernel, ceil_div(columns, 32), 32 * kReduceWarps, 0,
+               stream)
+  (columns, blocks, partial, split, out, out_hi);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_partials_reduce_kernel");
+}
+
+void check_workspace(const float* workspace, const char* what) {
+  MNIST_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0,
+              "{}: workspace {} is not {}-byte aligned (it holds doubles)", what,
+              static_cast<const void*>(workspace), alignof(double));
+}
+
+// The compiled shapes, tried in order; calls f(Shape<...>{}) for the one matching g.
+constexpr const char* kShapesText = "1->6 5x5, 6->12 5x5, 1->12 5x5, 12->24 3x3";
+template <class F>
+bool with_shape(const Conv2dGeom& g, F&& f) {
+  auto is = [&](int c, int k, int kh, int kw) {
+    return g.c == c && g.k == k && g.kh == kh && g.kw == kw;
+  };
+  if (is(1, 6, 5, 5)) return f(Shape<1, 6, 5, 5>{}), true;
+  if (is(6, 12, 5, 5)) return f(Shape<6, 12, 5, 5>{}), true;
+  if (is(1, 12, 5, 5)) return f(Shape<1, 12, 5, 5>{}), true;
+  if (is(12, 24, 3, 3)) return f(Shape<12, 24, 3, 3>{}), true;
+  return false;
+}
+
+// The three plans for g (shape S).
+struct Plans {
+  Correlation forward, backward_data;
+  Tiling forward_tiles, backward_data_tiles, weight_tiles;
+  int weight_blocks = 0;
+};
+
+template <class S>
+Plans make_plans(const Conv2dGeom& g) {
+  Plans p;
+  p.forward = Correlation{g.n, g.h, g.w, g.out_h, g.out_w, g.pad_h, g.pad_w};
+  // dx[iy] = sum over r of dy[iy + pad_h - r] w[r] = sum over r' of dy[iy - (KH-1-pad_h) + r']
+  // w[KH-1-r']: a correlation of dy padded by KH-1-pad_h (negative pads just shift the window).
+  p.backward_data =
+      Correlation{g.n, g.out_h, g.out_w, g.h, g.w, S::KH - 1 - g.pad_h, S::KW - 1 - g.pad_w};
+  p.forward_tiles =
+      plan_correlation(S::C, S::KH, S::KW, S::kWeights, pixels_per_thread(S::K), g.out_h, g.out_w);
+  p.backward_data_tiles =
+      plan_correlation(S::K, S::KH, S::KW, S::kWeights, pixels_per_thread(S::C), g.h, g.w);
+  constexpr int kOwners = S::C * S::KH * (S::K / filters_per_thread(S::K));
+  constexpr int kMaxParts = std::min(kMaxThreads / kOwners, kPoolFloats / S::kWeights);
+  p.weight_tiles = plan_weights(S::C, S::K, S::KH, S::KW, kOwners, kMaxParts, g.out_h, g.out_w);
+  p.forward_tiles.tiles = static_cast<long long>(g.n) * p.forward_tiles.tiles_per_sample;
+  p.backward_data_tiles.tiles =
+      static_cast<long long>(g.n) * p.backward_data_tiles.tiles_per_sample;
+  p.weight_tiles.tiles = static_cast<long long>(g.n) * p.weight_tiles.tiles_per_sample;
+  p.weight_blocks = static_cast<int>(std::min<long long>(p.weight_tiles.tiles, kWeightBlocks));
+  return p;
+}
+
+// Why the planned shape cannot run g; nullptr when it can.
+template <class S>
+const char* plan_problem(const Conv2dGeom& g) {
+  static_assert(S::kWeights + 4 <= kPoolFloats, "weights must fit the shared-memory pool");
+  static_assert(S::C * S::KH * (S::K / filters_per_thread(S::K)) <= kMaxThreads,
+                "backward_weights needs one thread per (c, r, filter group)");
+  const Plans p = make_plans<S>(g);
+  if (p.forward_tiles.tiles_per_sample == 0 || p.backward_data_tiles.tiles_per_sample == 0 ||
+      p.weight_tiles.tiles_per_sample == 0)
+    return "no tile of one output row fits the shared-memory pool";
+  if (std::max(p.forward_tiles.tiles, p.backward_data_tiles.tiles) > INT_MAX)
+    return "more tiles than a grid has blocks (2^31 - 1)";
+  return nullptr;
+}
+
+}  // namespace
+
+// Formats the reason only when asked: the dispatcher calls this on every convolution.
+bool direct_conv_supports(const Conv2dGeom& g, std::string* why_not) {
+  if (g.stride_h != 1 || g.stride_w != 1) {
+    if (why_not)
+      *why_not =
+          fmt::format("stride {}x{}: the direct kernels are stride 1 only", g.stride_h, g.stride_w);
+    return false;
+  }
+  if (g.n < 0 || g.h < 1 || g.w < 1 || g.out_h < 1 || g.out_w < 1 || g.pad_h < 0 || g.pad_w < 0) {
+    if (why_not)
+      *why_not = fmt::format(
+          "batch {}, input {}x{}, output {}x{}, padding {}x{}: the direct kernels need sizes >= 1 "
+          "(batch >= 0) and padding >= 0",
+          g.n, g.h, g.w, g.out_h, g.out_w, g.pad_h, g.pad_w);
+    return false;
+  }
+  const char* problem = nullptr;
+  if (!with_shape(g, [&](auto shape) { problem = plan_problem<decltype(shape)>(g); })) {
+    if (why_not)
+      *why_not = fmt::format("{}->{} channels with a {}x{} kernel: the compiled shapes are {}", g.c,
+                             g.k, g.kh, g.kw, kShapesText);
+    return false;
+  }
+  if (problem) {
+    if (why_not)
+      *why_not = fmt::format("{}->{} channels, {}x{} kernel, output {}x{}: {}", g.c, g.k, g.kh,
+                             g.kw, g.out_h, g.out_w, problem);
+    return false;
+  }
+  if (why_not) why_not->clear();
+  return true;
+}
+
+std::size_t direct_conv_workspace_floats(const Conv2dGeom& g) {
+  if (!direct_conv_supports(g)) return 0;
+  std::size_t floats = 0;
+  with_shape(g, [&](auto shape) {
+    using S = decltype(shape);
+    const Plans p = make_plans<S>(g);
+    // backward_weights' partials (weight_blocks grows with n up to kWeightBlocks) or
+    // forward_stats' (one per forward tile): neither decreases with n.
+    floats = 2 * std::max(static_cast<std::size_t>(p.weight_blocks) * S::kWeights,
+                          static_cast<std::size_t>(p.forward_tiles.tiles) * 2 * S::K);
+  });
+  return floats;
+}
+
+void direct_conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                           const float* weight, const float* bias, float* y) {
+  std::string why_not;
+  MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_forward: {}", why_not);
+  if (g.n == 0) return;
+  with_shape(g, [&](auto shape) {
+    const Plans p = make_plans<decltype(shape)>(g);
+    MNIST_LAUNCH(direct_conv2d_forward_kernel, static_cast<unsigned>(p.forward_tiles.tiles),
+                 p.forward_tiles.threads, 0, stream)
+    (shape, p.forward, p.forward_tiles, x, weight, bias, y, nullptr);
+  });
+  MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_forward_kernel");
+}
+
+void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                                 const float* weight, const float* bias, float* y, float* sum,
+                                 float* sumsq, float* workspace) {
+  std::string why_not;
+  MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_forward_stats: {}", why_not);
+  check_workspace(workspace, "direct_conv2d_forward_stats");
+  with_shape(g, [&](auto shape) {
+    using S = decltype(shape);
+    const Plans p = make_plans<S>(g);
+    double* partial = reinterpret_cast<double*>(workspace);
+    if (g.n > 0) {
+      MNIST_LAUNCH(direct_conv2d_forward_kernel, static_cast<unsigned>(p.forward_tiles.tiles),
+                   p.forward_tiles.threads, 0, stream)
+      (shape, p.forward, p.forward_tiles, x, weight, bias, y, partial);
+      MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_forward_kernel (with statistics)");
+    }
+    // n == 0: the reduce over zero blocks assigns zero sums.
+    reduce_partials(stream, 2 * S::K, static_cast<int>(p.forward_tiles.tiles), partial, S::K, sum,
+                    sumsq);
+  });
+}
+
+void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
+                                 const float* weight, float* dx) {
+  std::string why_not;
+  MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_backward_data: {}", why_not);
+  if (g.n == 0) return;
+  with_shape(g, [&](auto shape) {
+    const Plans p = make_plans<decltype(shape)>(g);
+    MNIST_LAUNCH(direct_conv2d_backward_data_kernel,
+                 static_cast<unsigned>(p.backward_data_tiles.tiles), p.backward_data_tiles.threads,
+                 0, stream)
+    (shape, p.backward_data, p.backward_data_tiles, dy, weight, dx);
+  });
+  MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_data_kernel");
+}
+
+void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                                    const float* dy, float* dweight, float* workspace) {
+  std::string why_not;
+  MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_backward_weights: {}", why_not);
+  check_workspace(workspace, "direct_conv2d_backward_weights");
+  with_shape(g, [&](auto shape) {
+    using S = decltype(shape);
+    const Plans p = make_plans<S>(g);
+    double* partial = reinterpret_cast<double*>(workspace);
+    if (p.weight_blocks > 0) {
+      MNIST_LAUNCH(direct_conv2d_backward_weights_kernel, p.weight_blocks, p.weight_tiles.threads,
+                   0, stream)
+      (shape, p.forward, p.weight_tiles, x, dy, partial);
+      MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_weights_kernel");
+    }
+    // n == 0: no blocks wrote partials; the reduce over zero blocks assigns zeros.
+    reduce_partials(stream, S::kWeights, p.weight_blocks, partial, S::kWeights, dweight, nullptr);
+  });
+}
+
+}  // namespace mnist::cuda

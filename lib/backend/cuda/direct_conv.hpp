@@ -1,0 +1,48 @@
+#pragma once
+// Direct convolution kernels for small channel counts (see direct_conv.cu for how the work is
+// split and the performance model). Contracts are those of conv2d.hpp / Backend::conv2d_*:
+// x[n, c, h, w], weight[k, c, kh, kw], bias[k] or nullptr, y/dy[n, k, out_h, out_w]; forward and
+// backward_data assign y and dx, backward_weights assigns dweight (conv2d.cu adds the bias
+// gradient, the same reduction for both implementations).
+//
+// Only the geometries direct_conv_supports() accepts run here: stride 1 and a (c, k, kh, kw) among
+// the compiled shapes (the seed networks' convolutions); conv2d.cu sends the rest to the tiled
+// implicit GEMM.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "backend/kernel_args.hpp"
+
+namespace mnist::cuda {
+
+// True when the direct kernels run `g` (all three directions). When false and why_not is not
+// nullptr, *why_not says which rule `g` breaks, with its values.
+bool direct_conv_supports(const Conv2dGeom& g, std::string* why_not = nullptr);
+
+// Floats of workspace direct_conv2d_backward_weights and direct_conv2d_forward_stats need for `g`
+// (their per-block partial sums, in double). Never decreases with g.n, so a workspace sized at the
+// largest batch fits every smaller one. 0 when g is not supported.
+std::size_t direct_conv_workspace_floats(const Conv2dGeom& g);
+
+// Assigns y = conv(x, weight) + bias (bias may be nullptr). Requires direct_conv_supports(g).
+void direct_conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                           const float* weight, const float* bias, float* y);
+// direct_conv2d_forward, then sum[k] and sumsq[k] of y over (n, out_h, out_w) (batch_norm_stats'
+// contract), taken per tile while the outputs are in registers and added in a fixed order.
+// workspace: at least direct_conv_workspace_floats(g) floats, 8-byte aligned.
+void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                                 const float* weight, const float* bias, float* y, float* sum,
+                                 float* sumsq, float* workspace);
+// Assigns dx[n, c, h, w] = transposed convolution of dy with weight.
+void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
+                                 const float* weight, float* dx);
+// Assigns dweight[k, c, kh, kw] = sum over (n, out_h, out_w) of dy * x-patch. workspace: at least
+// direct_conv_workspace_floats(g) floats, 8-byte aligned. Bit-repeatable: every sum runs in a
+// fixed order (fp32 within a thread, double across threads and blocks).
+void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                                    const float* dy, float* dweight, float* workspace);
+
+}  // namespace mnist::cuda

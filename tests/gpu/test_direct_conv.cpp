@@ -1,0 +1,221 @@
+// The direct convolution kernels (lib/backend/cuda/direct_conv.cu) against the CPU's im2col + GEMM
+// (lib/backend/cpu/conv2d.cpp) through the Backend, on every compiled shape: the seed networks'
+// geometries and awkward ones (odd heights and widths, padding 0..k-1, one more padding row at the
+// bottom, outputs wider than one tile, batches 1, 7, 33, 255, 257). Each case first checks that
+// the CUDA backend reports "direct" for it, so these comparisons exercise the direct kernels and
+// not the implicit GEMM they replace; forward_stats's batch-norm sums are checked too. Outputs
+// are NaN-poisoned first, the workspace is exactly the
+// size the backend asked for with a guard zone after it, and the weight gradient must repeat bit
+// for bit.
+//
+// Tolerances, |gpu - cpu| <= atol + rtol * |cpu| with rtol 1e-5: for a sum of `terms` products of
+// values in [-1, 1], atol = 1e-6 * terms + 1e-6 (float rounding in either order of summation):
+// terms = c*kh*kw + 1 (forward with bias), k*kh*kw (backward data), n*out_h*out_w (weights).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "gpu/gpu_support.hpp"
+
+using namespace gpu_test;
+using mnist::Backend;
+
+namespace {
+
+double sum_atol(double terms) {
+  return 1e-6 * std::max(1.0, terms) + 1e-6;
+}
+
+struct DirectCase {
+  const char* label;
+  int c, k, kh, kw;
+  int h, w, pad_top, pad_left, pad_bottom, pad_right;
+  std::vector<int> batches;
+};
+
+mnist::Conv2dGeom geom(const DirectCase& dc, int n) {
+  mnist::Conv2dGeom g;
+  g.n = n;
+  g.c = dc.c;
+  g.h = dc.h;
+  g.w = dc.w;
+  g.k = dc.k;
+  g.kh = dc.kh;
+  g.kw = dc.kw;
+  g.pad_h = dc.pad_top;
+  g.pad_w = dc.pad_left;
+  // Stride 1: the bottom/right padding only shows in the output size (Conv2dGeom's convention).
+  g.out_h = dc.h + dc.pad_top + dc.pad_bottom - dc.kh + 1;
+  g.out_w = dc.w + dc.pad_left + dc.pad_right - dc.kw + 1;
+  return g;
+}
+
+const std::vector<int> kAllBatches{1, 7, 33, 255, 257};
+
+const std::vector<DirectCase>& direct_cases() {
+  static const std::vector<DirectCase> cases{
+      // The seed network (configs/seed_single_gpu.yaml): SAME 5x5, 1->6 on 28x28, 6->12 on 14x14.
+      {"seed conv1", 1, 6, 5, 5, 28, 28, 2, 2, 2, 2, kAllBatches},
+      {"seed conv2", 6, 12, 5, 5, 14, 14, 2, 2, 2, 2, kAllBatches},
+      // configs/seed_layers.yaml: 1->12 5x5 on 28x28, 12->24 3x3 on 14x14.
+      {"layers conv1", 1, 12, 5, 5, 28, 28, 2, 2, 2, 2, {1, 7, 33}},
+      {"layers conv2", 12, 24, 3, 3, 14, 14, 1, 1, 1, 1, {1, 7, 33}},
+      // Odd sizes, every padding from 0 to k-1, asymmetric padding, several tiles per sample.
+      {"1->6 9x13 valid", 1, 6, 5, 5, 9, 13, 0, 0, 0, 0, {1, 7, 33}},
+      {"1->6 11x7 pad 1", 1, 6, 5, 5, 11, 7, 1, 1, 1, 1, {1, 33}},
+      {"1->6 7x6 pad 3x4", 1, 6, 5, 5, 7, 6, 3, 4, 3, 4, {1, 7}},
+      {"1->6 10x10 one more pad at bottom/right", 1, 6, 5, 5, 10, 10, 1, 1, 2, 2, {7}},
+      {"1->6 3x70 (two column tiles)", 1, 6, 5, 5, 3, 70, 2, 2, 2, 2, {1, 7}},
+      {"6->12 5x9 valid (one output row)", 6, 12, 5, 5, 5, 9, 0, 0, 0, 0, {1, 7, 33}},
+      {"6->12 13x3 pad 4", 6, 12, 5, 5, 13, 3, 4, 4, 4, 4, {1, 7}},
+      {"6->12 30x20 pad 1 (several row tiles)", 6, 12, 5, 5, 30, 20, 1, 1, 1, 1, {1, 7}},
+      {"6->12 9x9 pad 3, one more at bottom/right", 6, 12, 5, 5, 9, 9, 3, 3, 4, 4, {7}},
+      {"1->12 6x5 pad 3", 1, 12, 5, 5, 6, 5, 3, 3, 3, 3, {1, 7}},
+      {"12->24 9x11 valid", 12, 24, 3, 3, 9, 11, 0, 0, 0, 0, {1, 7}},
+      {"12->24 17x65 pad 2 (row and column tiles)", 12, 24, 3, 3, 17, 65, 2, 2, 2, 2, {1}},
+  };
+  return cases;
+}
+
+std::vector<float> host_copy(Backend& b, const float* data, std::size_t n) {
+  std::vector<float> host(n);
+  if (n) b.copy_to_host(host.data(), data, n * sizeof(float));
+  return host;
+}
+
+}  // namespace
+
+TEST_CASE("direct convolution kernels match the CPU on awkward sizes",
+          "[gpu][conv2d][direct_conv]") {
+  Backend& g = gpu("native");
+  constexpr std::size_t kGuard = 4096;  // floats after the workspace that must stay untouched
+  const float sentinel = -12345.5f;
+  for (const DirectCase& dc : direct_cases()) {
+    for (int n : dc.batches) {
+      INFO(dc.label << ", n " << n);
+      const mnist::Conv2dGeom geo = geom(dc, n);
+      const mnist::Conv2dAlgorithms algorithms = g.conv2d_algorithms(geo);
+      REQUIRE(algorithms.forward == "direct");
+      REQUIRE(algorithms.backward_data == "direct");
+      REQUIRE(algorithms.backward_weights == "direct");
+
+      const std::size_t x_size = static_cast<std::size_t>(n) * dc.c * dc.h * dc.w;
+      const std::size_t y_size = static_cast<std::size_t>(n) * dc.k * geo.out_h * geo.out_w;
+      const std::size_t w_size = static_cast<std::size_t>(dc.k) * dc.c * dc.kh * dc.kw;
+      auto x = upload(g, random_floats(x_size, 700 + n, -1.0f, 1.0f));
+      auto w = upload(g, random_floats(w_size, 701 + n, -1.0f, 1.0f));
+      auto b = upload(g, random_floats(dc.k, 702 + n, -1.0f, 1.0f));
+      auto dy = upload(g, random_floats(y_size, 703 + n, -1.0f, 1.0f));
+      mnist::DeviceBuffer<float> ws_cpu(
+          cpu(), std::max<std::size_t>(1, cpu().conv2d_workspace_floats(geo)));
+      const std::size_t ws = g.conv2d_workspace_floats(geo);
+      mnist::DeviceBuffer<float> ws_gpu(g, ws + kGuard);
+      g.fill(ws_gpu.data() + ws, kGuard, sentinel);
+      const double patch = static_cast<double>(dc.c) * dc.kh * dc.kw;
+      const double positions = static_cast<double>(n) * geo.out_h * geo.out_w;
+
+      for (bool with_bias : {true, false}) {
+        auto y = poisoned(g, y_size);
+        cpu().conv2d_forward(geo, x.c(), w.c(), with_bias ? b.c() : nullptr, y.c(), ws_cpu.data());
+        g.conv2d_forward(geo, x.g(), w.g(), with_bias ? b.g() : nullptr, y.g(), ws_gpu.data());
+        expect_close(g, y, sum_atol(patch + 1), 1e-5,
+                     with_bias ? "direct forward" : "direct forward (no bias)");
+      }
+
+      // forward_stats: the outputs as above, and their batch-norm sums, which the GPU takes in the
+      // convolution's epilogue, against batch_norm_stats of the GPU's own outputs (so only the
+      // order of summation differs): tolerances of the batch_norm_stats test, count = positions.
+      {
+        auto y = poisoned(g, y_size);
+        auto sum = poisoned(g, dc.k);
+        auto sumsq = poisoned(g, dc.k);
+        cpu().conv2d_forward(geo, x.c(), w.c(), b.c(), y.c(), ws_cpu.data());
+        g.conv2d_forward_stats(geo, x.g(), w.g(), b.g(), y.g(), sum.g(), sumsq.g(), ws_gpu.data());
+        expect_close(g, y, sum_atol(patch + 1), 1e-5, "direct forward_stats y");
+        auto y_gpu = upload(g, download(g, y.gpu));
+        cpu().batch_norm_stats(mnist::ChannelGeom{n, dc.k, geo.out_h * geo.out_w}, y_gpu.c(),
+                               sum.c(), sumsq.c());
+        expect_close(g, sum, 1e-5 * positions, 1e-5, "direct forward_stats sum");
+        expect_close(g, sumsq, 1e-5 * positions, 1e-5, "direct forward_stats sumsq");
+      }
+
+      auto dx = poisoned(g, x_size);
+      cpu().conv2d_backward_data(geo, dy.c(), w.c(), dx.c(), ws_cpu.data());
+      g.conv2d_backward_data(geo, dy.g(), w.g(), dx.g(), ws_gpu.data());
+      expect_close(g, dx, sum_atol(static_cast<double>(dc.k) * dc.kh * dc.kw), 1e-5,
+                   "direct backward_data");
+
+      auto dw = poisoned(g, w_size);
+      auto db = poisoned(g, dc.k);
+      cpu().conv2d_backward_weights(geo, x.c(), dy.c(), dw.c(), db.c(), ws_cpu.data());
+      g.conv2d_backward_weights(geo, x.g(), dy.g(), dw.g(), db.g(), ws_gpu.data());
+      expect_close(g, dw, sum_atol(positions), 1e-5, "direct backward_weights dweight");
+      expect_close(g, db, sum_atol(positions), 1e-5, "direct backward_weights dbias");
+
+      // Bit-repeatable: a second run (no bias this time) gives the same bits.
+      auto dw_again = poisoned(g, w_size);
+      g.conv2d_backward_weights(geo, x.g(), dy.g(), dw_again.g(), nullptr, ws_gpu.data());
+      const std::vector<float> first = download(g, dw.gpu), second = download(g, dw_again.gpu);
+      CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+
+      const std::vector<float> guard = host_copy(g, ws_gpu.data() + ws, kGuard);
+      CHECK(std::count(guard.begin(), guard.end(), sentinel) == static_cast<long>(kGuard));
+    }
+  }
+}
+
+TEST_CASE("the direct kernels handle an empty batch", "[gpu][conv2d][direct_conv]") {
+  Backend& g = gpu("native");
+  const mnist::Conv2dGeom geo = geom(direct_cases()[1], 0);
+  REQUIRE(g.conv2d_algorithms(geo).backward_weights == "direct");
+  // No samples: the weight and bias gradients are sums over nothing, zero.
+  const std::size_t w_size = static_cast<std::size_t>(geo.k) * geo.c * geo.kh * geo.kw;
+  auto dw = poisoned(g, w_size);
+  auto db = poisoned(g, geo.k);
+  mnist::DeviceBuffer<float> ws(g, std::max<std::size_t>(1, g.conv2d_workspace_floats(geo)));
+  mnist::DeviceBuffer<float> x(g, 1), dy(g, 1);
+  g.conv2d_backward_weights(geo, x.data(), dy.data(), dw.g(), db.g(), ws.data());
+  for (float v : download(g, dw.gpu)) CHECK(v == 0.0f);
+  for (float v : download(g, db.gpu)) CHECK(v == 0.0f);
+}
+
+TEST_CASE("geometries outside the direct kernels run the implicit GEMM",
+          "[gpu][conv2d][direct_conv]") {
+  Backend& g = gpu("native");
+  // Channel counts that are not compiled, and a compiled shape with stride 2.
+  mnist::Conv2dGeom other = geom(direct_cases()[1], 4);
+  other.c = 5;
+  CHECK(g.conv2d_algorithms(other).forward == "native");
+  mnist::Conv2dGeom strided = geom(direct_cases()[0], 4);
+  strided.stride_h = strided.stride_w = 2;
+  strided.out_h = strided.out_w = 14;
+  CHECK(g.conv2d_algorithms(strided).forward == "native");
+  CHECK(g.conv2d_algorithms(strided).backward_weights == "native");
+
+  // forward_stats on that path: the implicit GEMM, then batch_norm_stats.
+  const int n = 7;
+  const std::size_t x_size = static_cast<std::size_t>(n) * strided.c * strided.h * strided.w;
+  const std::size_t y_size = static_cast<std::size_t>(n) * strided.k * 14 * 14;
+  const std::size_t w_size = static_cast<std::size_t>(strided.k) * strided.c * 25;
+  strided.n = n;
+  auto x = upload(g, random_floats(x_size, 801, -1.0f, 1.0f));
+  auto w = upload(g, random_floats(w_size, 802, -1.0f, 1.0f));
+  mnist::DeviceBuffer<float> ws_cpu(cpu(), cpu().conv2d_workspace_floats(strided));
+  mnist::DeviceBuffer<float> ws_gpu(g,
+                                    std::max<std::size_t>(1, g.conv2d_workspace_floats(strided)));
+  auto y = poisoned(g, y_size);
+  auto sum = poisoned(g, strided.k);
+  auto sumsq = poisoned(g, strided.k);
+  cpu().conv2d_forward_stats(strided, x.c(), w.c(), nullptr, y.c(), sum.c(), sumsq.c(),
+                             ws_cpu.data());
+  g.conv2d_forward_stats(strided, x.g(), w.g(), nullptr, y.g(), sum.g(), sumsq.g(), ws_gpu.data());
+  const double positions = static_cast<double>(n) * 14 * 14;
+  expect_close(g, y, sum_atol(25 + 1), 1e-5, "implicit GEMM forward_stats y");
+  // Both sides' sums start from their own outputs: atol also covers the outputs' differences.
+  expect_close(g, sum, 1e-5 * positions, 1e-4, "implicit GEMM forward_stats sum");
+  expect_close(g, sumsq, 1e-4 * positions, 1e-4, "implicit GEMM forward_stats sumsq");
+}

@@ -1,0 +1,147 @@
+// Fused ops against their CPU twins, the chains of CPU ops they stand for (backend.cpp):
+// dense_softmax_cross_entropy (the network's head, one kernel on CUDA: dense_head.cu) on the seed
+// network's head (100 -> 10) and awkward sizes, with poisoned outputs, accumulated metrics and
+// gradients that must repeat bit for bit; adam_update_partials (fused_optimizer.cu) over 1, 2 and
+// 5 partials.
+//
+// Head tolerances, |gpu - cpu| <= atol + rtol * |cpu|: x in [-1, 1], weights and biases in [-0.5,
+// 0.5] and grad_scale 1, so dlogits are at most 1 and the logits agree to ~1e-6 * in; dx (k terms):
+// atol 1e-5, rtol 1e-4; dweight and dbias (n terms): atol 2e-6 * n + 1e-5, rtol 1e-4; the metrics
+// (n rows, added in another order): atol 1e-5 * n, rtol 1e-5, as the loss kernel's own test.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "gpu/gpu_support.hpp"
+
+using namespace gpu_test;
+using mnist::Backend;
+
+namespace {
+
+struct HeadCase {
+  int in, k;
+  std::vector<int> batches;
+};
+
+}  // namespace
+
+TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fused][dense_head]") {
+  Backend& g = gpu("native");
+  const std::vector<HeadCase> cases{
+      {100, 10, kSizes},           // the seed network's head
+      {37, 3, {1, 7, 33, 257}},    // odd sizes: lanes without inputs
+      {128, 16, {1, 7, 33, 257}},  // the largest the fused kernel takes
+      {1, 1, {1, 7}},              // one input, one class
+      {200, 10, {7, 33}},          // too wide for the fused kernel: the chain on the GPU
+  };
+  for (const HeadCase& hc : cases) {
+    for (int n : hc.batches) {
+      INFO("in " << hc.in << ", k " << hc.k << ", n " << n);
+      const int in = hc.in, k = hc.k;
+      auto x = upload(g, random_floats(static_cast<std::size_t>(n) * in, 900 + n, -1.0f, 1.0f));
+      auto w = upload(g, random_floats(static_cast<std::size_t>(k) * in, 901 + n, -0.5f, 0.5f));
+      auto b = upload(g, random_floats(k, 902 + n, -0.5f, 0.5f));
+      auto labels = upload(g, random_ints(n, 903 + n, 0, k - 1));
+      mnist::DeviceBuffer<float> ws_cpu(
+          cpu(),
+          std::max<std::size_t>(1, cpu().dense_softmax_cross_entropy_workspace_floats(n, in, k)));
+      mnist::DeviceBuffer<float> ws_gpu(
+          g, std::max<std::size_t>(1, g.dense_softmax_cross_entropy_workspace_floats(n, in, k)));
+      const double atol_sum = 2e-6 * n + 1e-5;
+
+      for (bool with_bias : {true, false}) {
+        for (bool with_dx : {true, false}) {
+          INFO((with_bias ? "with bias" : "no bias") << ", " << (with_dx ? "dx" : "no dx"));
+          auto metrics = upload(g, std::vector<float>{1.0f, 2.0f, 3.0f});  // accumulated into
+          auto dx = poisoned(g, static_cast<std::size_t>(n) * in);
+          auto dw = poisoned(g, static_cast<std::size_t>(k) * in);
+          auto db = poisoned(g, k);
+          cpu().dense_softmax_cross_entropy(n, in, k, x.c(), w.c(), with_bias ? b.c() : nullptr,
+                                            labels.c(), 1.0f, with_dx ? dx.c() : nullptr, dw.c(),
+                                            with_bias ? db.c() : nullptr, metrics.c(),
+                                            ws_cpu.data());
+          g.dense_softmax_cross_entropy(n, in, k, x.g(), w.g(), with_bias ? b.g() : nullptr,
+                                        labels.g(), 1.0f, with_dx ? dx.g() : nullptr, dw.g(),
+                                        with_bias ? db.g() : nullptr, metrics.g(), ws_gpu.data());
+          expect_close(g, metrics, 1e-5 * n, 1e-5, "metrics");
+          CHECK(download(g, metrics.gpu)[mnist::kSamples] == 3.0f + n);
+          expect_close(g, dw, atol_sum, 1e-4, "dweight");
+          if (with_bias) expect_close(g, db, atol_sum, 1e-4, "dbias");
+          if (with_dx) {
+            expect_close(g, dx, 1e-5, 1e-4, "dx");
+          } else {
+            // Not asked for: dx stays as it was (poisoned) on both sides.
+            const std::vector<float> untouched = download(g, dx.gpu);
+            CHECK(std::all_of(untouched.begin(), untouched.end(),
+                              [](float v) { return std::isnan(v); }));
+          }
+        }
+      }
+
+      // Bit-repeatable gradients.
+      auto metrics = upload(g, std::vector<float>{0.0f, 0.0f, 0.0f});
+      auto dw1 = poisoned(g, static_cast<std::size_t>(k) * in);
+      auto dw2 = poisoned(g, static_cast<std::size_t>(k) * in);
+      auto db1 = poisoned(g, k);
+      auto db2 = poisoned(g, k);
+      for (auto* out : {&dw1, &dw2}) {
+        auto* bias_out = out == &dw1 ? &db1 : &db2;
+        g.dense_softmax_cross_entropy(n, in, k, x.g(), w.g(), b.g(), labels.g(), 1.0f / 1024,
+                                      nullptr, out->g(), bias_out->g(), metrics.g(), ws_gpu.data());
+      }
+      const auto w1 = download(g, dw1.gpu), w2 = download(g, dw2.gpu);
+      const auto b1 = download(g, db1.gpu), b2 = download(g, db2.gpu);
+      CHECK(std::memcmp(w1.data(), w2.data(), w1.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(b1.data(), b2.data(), b1.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("adam_update_partials matches the chain of CPU ops", "[gpu][fused][optimizer]") {
+  Backend& g = gpu("native");
+  for (int n : kSizes) {
+    const std::size_t n_decay = static_cast<std::size_t>(n) / 2;
+    for (int parts : {1, 2, 5}) {
+      for (int variant = 0; variant < 2; ++variant) {
+        INFO("n " << n << ", parts " << parts << ", variant " << variant);
+        mnist::OptimizerStep s;
+        s.lr = 0.01f;
+        if (variant == 1) {
+          s.l2 = 5e-3f;
+          s.decoupled_wd = 0.1f;
+        }
+        auto params = upload(g, random_floats(n, 41 + n, -1.0f, 1.0f));
+        auto m = upload(g, std::vector<float>(n, 0.0f));
+        auto v = upload(g, std::vector<float>(n, 0.0f));
+        for (int step = 1; step <= 3; ++step) {
+          s.step = step;
+          auto partials = upload(
+              g, random_floats(static_cast<std::size_t>(parts) * n, 50 * step + n, -1.0f, 1.0f));
+          auto grads = poisoned(g, n);
+          cpu().adam_update_partials(n, n_decay, s, params.c(), partials.c(), parts, grads.c(),
+                                     m.c(), v.c());
+          g.adam_update_partials(n, n_decay, s, params.g(), partials.g(), parts, grads.g(), m.g(),
+                                 v.g());
+          // The same float additions in the same order: the same bits.
+          expect_close(g, grads, 0.0, 0.0, "adam_update_partials grads");
+        }
+        // Tolerances of the adam_update test (tests/gpu/test_cuda_elementwise.cpp).
+        expect_close(g, params, 1e-6, 1e-5, "adam_update_partials params");
+        expect_close(g, m, 1e-7, 1e-5, "adam_update_partials m");
+        expect_close(g, v, 1e-8, 1e-5, "adam_update_partials v");
+      }
+    }
+  }
+  // No partial at all is refused on both backends.
+  mnist::DeviceBuffer<float> one(g, 1);
+  mnist::OptimizerStep s;
+  CHECK_THROWS_WITH(g.adam_update_partials(1, 0, s, one.data(), one.data(), 0, one.data(),
+                                           one.data(), one.data()),
+                    Catch::Contains("at least 1 partial, got 0"));
+}
