@@ -31,6 +31,26 @@ struct Conv2dAlgorithms {
   std::string forward = "native", backward_data = "native", backward_weights = "native";
 };
 
+// What a backend has asked of its device since it was made, counted where the host issues each
+// call, never estimated (CudaBackend; see counts()). Differences of two readings give a step's.
+struct LaunchCounts {
+  // Kernel launches: every kernel the backend launches, each cuBLAS/cuDNN call counted as one
+  // (the library may launch more: for those engines a lower bound), and on a graph replay every
+  // kernel the graph holds.
+  uint64_t kernels = 0;
+  uint64_t library_calls = 0;  // of `kernels`, the cuBLAS/cuDNN (and NCCL) calls
+  uint64_t copies = 0;         // memcpy and memset calls (and a replayed graph's)
+  // Times the host waited for the device: stream or device synchronise, an event synchronise, a
+  // device-to-host copy (it returns when done), a host-to-device copy from pageable memory (the
+  // runtime may wait for a staging buffer).
+  uint64_t host_syncs = 0;
+  uint64_t graph_launches = 0;
+};
+inline LaunchCounts operator-(const LaunchCounts& a, const LaunchCounts& b) {
+  return LaunchCounts{a.kernels - b.kernels, a.library_calls - b.library_calls, a.copies - b.copies,
+                      a.host_syncs - b.host_syncs, a.graph_launches - b.graph_launches};
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -42,6 +62,10 @@ class Backend {
   // CUDA, nullptr for the CPU backend), so communicators can order their collectives with the
   // backend's kernels without CUDA types in this header. Valid for the backend's lifetime.
   virtual void* stream_handle() const { return nullptr; }
+  // Launches, copies and host waits so far on this backend's stream (communicators' kernels on it
+  // included). The CPU backend reports zeros: it runs every op on the calling thread, so it has
+  // no launches to count and never waits for a device.
+  virtual LaunchCounts counts() const { return {}; }
 
   // ---- memory (bytes) -------------------------------------------------------------------------
   virtual void* allocate(std::size_t bytes) = 0;  // throws RuntimeError naming size and free memory

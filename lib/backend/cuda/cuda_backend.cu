@@ -25,6 +25,7 @@
 #include "backend/cuda/optimizer.hpp"
 #include "backend/cuda/relu.hpp"
 #include "backend/cuda/softmax_cross_entropy.hpp"
+#include "backend/cuda/stream_counts.cuh"
 #include "backend/cuda_devices.hpp"
 #include "build_info.hpp"
 #include "core/error.hpp"
@@ -106,6 +107,7 @@ class CudaBackend final : public Backend {
     MNIST_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal_));
     name_ = fmt::format("gpu{} ({}, {})", ordinal_, prop.name, bus);
     MNIST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    counted_ = cuda::StreamCountsRegistration(stream_, &counts_);
     if (engine_ != Engine::native) {
       MNIST_CUBLAS_CHECK(cublasCreate(&cublas_));
       MNIST_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -125,6 +127,7 @@ class CudaBackend final : public Backend {
     // Never throws: errors here are ignored (the device may already be in a bad state).
     cudaSetDevice(ordinal_);
     if (stream_) cudaStreamSynchronize(stream_);
+    counted_ = cuda::StreamCountsRegistration();  // before the stream's handle can be reused
 #if MNIST_HAVE_CUDNN
     cudnn_.reset();
 #endif
@@ -145,6 +148,15 @@ class CudaBackend final : public Backend {
   }
   void* stream_handle() const override {
     return static_cast<void*>(stream_);
+  }
+  LaunchCounts counts() const override {
+    LaunchCounts c;
+    c.kernels = counts_.kernels.load();
+    c.library_calls = counts_.library_calls.load();
+    c.copies = counts_.copies.load();
+    c.host_syncs = counts_.host_syncs.load();
+    c.graph_launches = counts_.graph_launches.load();
+    return c;
   }
 
   // ---- memory ---------------------------------------------------------------------------------
@@ -173,16 +185,21 @@ class CudaBackend final : public Backend {
   }
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
     activate();
-    // From pageable memory the runtime stages the source before returning, so `src` may be reused.
+    // From pageable memory the runtime stages the source before returning, so `src` may be reused;
+    // staging may wait for the device, so such a copy counts as a host synchronisation.
+    cuda::count_copy(stream_);
+    if (!pinned(src)) cuda::count_host_sync(stream_);
     MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
     activate();
+    cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_stream();
   }
   void copy_on_device(void* dst, const void* src, std::size_t bytes) override {
     activate();
+    cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
   void fill(float* dst, std::size_t n, float value) override {
@@ -191,7 +208,7 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override {
     activate();
-    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_stream();
   }
 
   // ---- data -----------------------------------------------------------------------------------
@@ -326,6 +343,7 @@ class CudaBackend final : public Backend {
     const float one = 1.0f;
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, weight, in,
                                    x, in, &beta, y, out));
+    cuda::count_library_call(stream_);
     MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_forward)");
   }
   void dense_backward_data(int n, int in, int out, const float* dy, const float* weight,
@@ -337,6 +355,7 @@ class CudaBackend final : public Backend {
     const float one = 1.0f, zero = 0.0f;
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, weight, in,
                                    dy, out, &zero, dx, in));
+    cuda::count_library_call(stream_);
     MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_data)");
   }
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
@@ -349,6 +368,7 @@ class CudaBackend final : public Backend {
     // k = n = 0 with beta = 0 gives zeros, as the contract (an empty sum) wants.
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
                                    out, &zero, dweight, in));
+    cuda::count_library_call(stream_);
     MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_weights)");
     if (dbias) cuda::dense_backward_bias(stream_, n, out, dy, dbias, scratch_);
   }
@@ -399,18 +419,34 @@ class CudaBackend final : public Backend {
   bool all_finite(std::size_t n, const float* x) override {
     activate();
     *flag_host_ = 1;
+    cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(
         cudaMemcpyAsync(flag_device_, flag_host_, sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::all_finite(stream_, n, x, flag_device_);
+    cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(
         cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_stream();
     return *flag_host_ != 0;
   }
 
  private:
   void activate() {
     MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
+  }
+  // Every host wait of this backend goes through here, so counts() sees it.
+  void wait_for_stream() {
+    cuda::count_host_sync(stream_);
+    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // Page-locked (cudaMallocHost) or device memory: a copy from it needs no staging.
+  static bool pinned(const void* ptr) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+      cudaGetLastError();  // older runtimes fail on pageable pointers: that answers the question
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeDevice;
   }
 
 #if MNIST_HAVE_CUDNN
@@ -427,6 +463,8 @@ class CudaBackend final : public Backend {
 #if MNIST_HAVE_CUDNN
   std::unique_ptr<cuda::CudnnConv2d> cudnn_;
 #endif
+  cuda::StreamCounts counts_;
+  cuda::StreamCountsRegistration counted_;
   cuda::ReduceScratch scratch_;
   int* flag_device_ = nullptr;
   int* flag_host_ = nullptr;  // pinned, so the flag's copy back is a true async copy
