@@ -200,6 +200,43 @@ class Backend {
   virtual void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
                           const float* grads, float* velocity) = 0;
 
+  // ---- per-step values in backend memory, for a step captured once and replayed ----------------
+  // The same ops as above, with the step number (dropout), learning rate, decay factor, bias
+  // corrections and epsilon (optimizer) read from a StepScalars in this backend's memory when the
+  // kernel runs, instead of taken by value. OptimizerStep still gives the constants (betas,
+  // momentum, l2, decoupled_wd, nesterov); its lr, epsilon and step are ignored.
+  // Assigns *s = values (a kernel argument on CUDA: no host memory, no host wait).
+  virtual void step_scalars_set(StepScalars* s, const StepScalars& values) = 0;
+  // *s = step_scalars_next(*s, ...) (optimizer_rule.hpp), computed where *s lives.
+  virtual void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
+                                    bool tensorflow_epsilon) = 0;
+  virtual void dropout_forward(int n, int per_sample, float rate, RngKey key,
+                               const StepScalars* step, uint32_t first_sample, const float* x,
+                               float* y) = 0;
+  virtual void dropout_backward(int n, int per_sample, float rate, RngKey key,
+                                const StepScalars* step, uint32_t first_sample, const float* dy,
+                                float* dx) = 0;
+  virtual void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                           const StepScalars* step, float* params, const float* grads, float* m,
+                           float* v) = 0;
+
+  // ---- a step captured once and replayed (CUDA graphs) -----------------------------------------
+  // Backends that return true from supports_capture() (CUDA) record the calls made between
+  // begin_capture() and end_capture() instead of running them; replay() runs them again, in order,
+  // with the arguments they had at the capture (so per-step values come from StepScalars). Only
+  // device work can be captured: a call that makes the host wait (copy_to_host, synchronize,
+  // all_finite, a copy from pageable memory) or allocates fails the capture, and end_capture()
+  // throws naming it. counts(): the calls made while capturing are not counted (nothing ran);
+  // each replay counts one graph launch and the kernels and copies captured. Others throw.
+  class Captured {
+   public:
+    virtual ~Captured() = default;
+  };
+  virtual bool supports_capture() const { return false; }
+  virtual void begin_capture();
+  virtual std::unique_ptr<Captured> end_capture();
+  virtual void replay(const Captured& calls);
+
   // ---- helpers for reductions and checks ------------------------------------------------------
   virtual void scale(std::size_t n, float alpha, float* x) = 0;   // x *= alpha
   virtual void add(std::size_t n, const float* x, float* y) = 0;  // y += x

@@ -69,6 +69,19 @@ std::string visible_gpus_text(int count) {
   return text;
 }
 
+// What end_capture returns: the captured graph, ready to launch, and what a replay issues.
+struct CudaGraph final : Backend::Captured {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  LaunchCounts per_replay;
+  int device = -1;
+  ~CudaGraph() override {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int ordinal, const BackendOptions& options) : ordinal_(ordinal) {
@@ -126,6 +139,11 @@ class CudaBackend final : public Backend {
   void release_all() noexcept {
     // Never throws: errors here are ignored (the device may already be in a bad state).
     cudaSetDevice(ordinal_);
+    if (capturing_) {  // a capture abandoned by an exception: end it, dropping its graph
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+    }
     if (stream_) cudaStreamSynchronize(stream_);
     counted_ = cuda::StreamCountsRegistration();  // before the stream's handle can be reused
 #if MNIST_HAVE_CUDNN
@@ -377,12 +395,12 @@ class CudaBackend final : public Backend {
   void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
                        uint32_t first_sample, const float* x, float* y) override {
     activate();
-    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, first_sample, x, y);
+    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, nullptr, first_sample, x, y);
   }
   void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
                         uint32_t first_sample, const float* dy, float* dx) override {
     activate();
-    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, first_sample, dy, dx);
+    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, nullptr, first_sample, dy, dx);
   }
 
   // ---- loss -----------------------------------------------------------------------------------
@@ -405,6 +423,80 @@ class CudaBackend final : public Backend {
     activate();
     MNIST_CHECK(n_decay <= n, "{}: sgd_update with n_decay {} > n {}", name_, n_decay, n);
     cuda::sgd_update(stream_, n, n_decay, s, params, grads, velocity);
+  }
+
+  // ---- per-step values in device memory -------------------------------------------------------
+  void step_scalars_set(StepScalars* s, const StepScalars& values) override {
+    activate();
+    cuda::step_scalars_set(stream_, s, values);
+  }
+  void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
+                            bool tensorflow_epsilon) override {
+    activate();
+    cuda::step_scalars_advance(stream_, s, beta1, beta2, epsilon, tensorflow_epsilon);
+  }
+  void dropout_forward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                       uint32_t first_sample, const float* x, float* y) override {
+    activate();
+    cuda::dropout_forward(stream_, n, per_sample, rate, key, 0, step, first_sample, x, y);
+  }
+  void dropout_backward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                        uint32_t first_sample, const float* dy, float* dx) override {
+    activate();
+    cuda::dropout_backward(stream_, n, per_sample, rate, key, 0, step, first_sample, dy, dx);
+  }
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                   const StepScalars* step, float* params, const float* grads, float* m,
+                   float* v) override {
+    activate();
+    MNIST_CHECK(n_decay <= n, "{}: adam_update with n_decay {} > n {}", name_, n_decay, n);
+    cuda::adam_update(stream_, n, n_decay, constants, step, params, grads, m, v);
+  }
+
+  // ---- capture and replay (CUDA graphs) -------------------------------------------------------
+  // Thread-local capture: another worker's thread may allocate or wait for its own stream while
+  // this one captures; only this thread's unsafe calls invalidate the capture.
+  bool supports_capture() const override {
+    return true;
+  }
+  void begin_capture() override {
+    activate();
+    MNIST_CHECK(!capturing_, "{}: begin_capture while a capture is in progress", name_);
+    MNIST_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    before_capture_ = counts();
+  }
+  std::unique_ptr<Captured> end_capture() override {
+    activate();
+    MNIST_CHECK(capturing_, "{}: end_capture without begin_capture", name_);
+    capturing_ = false;
+    // Nothing ran while capturing: what was counted is what each replay will issue.
+    const LaunchCounts captured = counts() - before_capture_;
+    restore_counts(before_capture_);
+    auto graph = std::make_unique<CudaGraph>();
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph->graph);
+    if (ended != cudaSuccess) {
+      const std::string why = cudaGetErrorString(ended);
+      cudaGetLastError();
+      MNIST_THROW(RuntimeError,
+                  "{}: the captured calls cannot be replayed: {} ({}); a captured step may not "
+                  "make the host wait (copy_to_host, synchronize, all_finite, a copy from "
+                  "pageable memory) nor allocate",
+                  name_, cudaGetErrorName(ended), why);
+    }
+    MNIST_CUDA_CHECK(cudaGraphInstantiate(&graph->exec, graph->graph, 0));
+    graph->per_replay = captured;
+    graph->per_replay.graph_launches = 1;
+    graph->device = ordinal_;
+    return graph;
+  }
+  void replay(const Captured& calls) override {
+    activate();
+    const auto* graph = dynamic_cast<const CudaGraph*>(&calls);
+    MNIST_CHECK(graph && graph->device == ordinal_, "{}: replay of calls captured elsewhere",
+                name_);
+    add_counts(graph->per_replay);
+    MNIST_CUDA_CHECK(cudaGraphLaunch(graph->exec, stream_));
   }
 
   // ---- helpers --------------------------------------------------------------------------------
@@ -433,6 +525,20 @@ class CudaBackend final : public Backend {
  private:
   void activate() {
     MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
+  }
+  void restore_counts(const LaunchCounts& c) {
+    counts_.kernels = c.kernels;
+    counts_.library_calls = c.library_calls;
+    counts_.copies = c.copies;
+    counts_.host_syncs = c.host_syncs;
+    counts_.graph_launches = c.graph_launches;
+  }
+  void add_counts(const LaunchCounts& c) {
+    counts_.kernels += c.kernels;
+    counts_.library_calls += c.library_calls;
+    counts_.copies += c.copies;
+    counts_.host_syncs += c.host_syncs;
+    counts_.graph_launches += c.graph_launches;
   }
   // Every host wait of this backend goes through here, so counts() sees it.
   void wait_for_stream() {
@@ -465,6 +571,8 @@ class CudaBackend final : public Backend {
 #endif
   cuda::StreamCounts counts_;
   cuda::StreamCountsRegistration counted_;
+  bool capturing_ = false;
+  LaunchCounts before_capture_;
   cuda::ReduceScratch scratch_;
   int* flag_device_ = nullptr;
   int* flag_host_ = nullptr;  // pinned, so the flag's copy back is a true async copy
