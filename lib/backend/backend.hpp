@@ -77,6 +77,13 @@ class Backend {
   virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void fill(float* dst, std::size_t n, float value) = 0;
   virtual void synchronize() = 0;  // waits until all queued work is done; rethrows device errors
+  // Host memory the device can copy to and from without the host waiting (page-locked on CUDA),
+  // for what a step captured once and replayed reads or writes on the host.
+  virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void release_host(void* ptr) noexcept = 0;
+  // backend -> host memory from allocate_host, queued: the host may read dst only after
+  // synchronize() (a log step's). Capturable; copy_to_host is not.
+  virtual void copy_to_host_async(void* dst, const void* src, std::size_t bytes) = 0;
 
   // ---- data -----------------------------------------------------------------------------------
   // x[i, :] = images[indices[i], :] / 255 and y[i] = labels[indices[i]] for i < n. Assigns x, y.
@@ -84,6 +91,13 @@ class Backend {
   // device).
   virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                             const int32_t* indices, int n, float* x, int32_t* y) = 0;
+
+  // gather_batch of step s's indices, ring[(s % ring_steps) * n, ... + n), where s is step->step
+  // when the kernel runs: the batches of ring_steps steps are uploaded at once (a log step's) and
+  // a step captured once and replayed takes its own. ring: int32[ring_steps * n] (on device).
+  virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
+                            const int32_t* ring, int ring_steps, const StepScalars* step, int n,
+                            float* x, int32_t* y) = 0;
 
   // ---- convolution (Conv2dGeom; weights [k, c, kh, kw], bias [k] or nullptr) -------------------
   // Scratch each conv call may use, in floats; the caller passes a buffer at least this large.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -162,20 +163,55 @@ TEST_CASE("dropout and Adam reading step scalars match the same ops given the va
   }
 }
 
+TEST_CASE("gather_batch from a ring of steps' indices takes the slot of the device's step",
+          "[gpu][graph]") {
+  Backend& g = gpu("native");
+  const int pixels = 20, images = 50, ring_steps = 3;
+  const std::vector<int32_t> image_bytes = random_ints(std::size_t{images} * pixels, 1, 0, 255);
+  const std::vector<int32_t> label_ints = random_ints(images, 2, 0, 9);
+  const std::vector<uint8_t> pixel_data(image_bytes.begin(), image_bytes.end());
+  const std::vector<uint8_t> label_data(label_ints.begin(), label_ints.end());
+  const auto px = upload(g, pixel_data);
+  const auto lb = upload(g, label_data);
+  for (const int n : kSizes) {
+    CAPTURE(n);
+    const auto ring = upload(g, random_ints(std::size_t{ring_steps} * n, 3 + n, 0, images - 1));
+    for (const int64_t step : {int64_t{0}, int64_t{4}, int64_t{8}}) {
+      CAPTURE(step);
+      StepScalars at;
+      at.step = step;
+      DeviceBuffer<StepScalars> on_gpu(g, 1), on_cpu(cpu(), 1);
+      g.step_scalars_set(on_gpu.data(), at);
+      cpu().step_scalars_set(on_cpu.data(), at);
+      const auto x = poisoned(g, std::size_t{static_cast<std::size_t>(n)} * pixels);
+      const auto y = poisoned_ints(g, n);
+      g.gather_batch(px.g(), lb.g(), pixels, ring.g(), ring_steps, on_gpu.data(), n, x.g(), y.g());
+      // The CPU twin given the slot's indices directly.
+      const int32_t* slot = ring.c() + (step % ring_steps) * n;
+      cpu().gather_batch(px.c(), lb.c(), pixels, slot, n, x.c(), y.c());
+      expect_close(g, x, 0.0, 0.0, "gathered images");
+      expect_equal(g, y, "gathered labels");
+    }
+  }
+}
+
 namespace {
 
-// The seed network's training step on one GPU with a fixed batch: the eager way (per-step values
-// by value) or reading and advancing StepScalars (what a capture freezes).
+// The seed network's training step on one GPU: the eager way (per-step values by value, the
+// batch's indices at their slot of the ring) or reading and advancing StepScalars, gathering from
+// the ring by the device's step and copying the metrics to pinned host memory (what a capture
+// freezes).
 struct SeedStep {
   const mnist::Experiment e =
       mnist::parse_experiment(mnist::testing::seed_network_yaml(), "seed-network.yaml", {});
   const mnist::Model model = mnist::Model::build(e.model);
-  static constexpr int kBatch = 8;
+  static constexpr int kBatch = 8, kRingSteps = 3;
   Backend& be;
   mnist::Replica replica;
   DeviceBuffer<uint8_t> pixels, labels;
-  DeviceBuffer<int32_t> indices;
+  DeviceBuffer<int32_t> ring;
   DeviceBuffer<StepScalars> scalars;
+  std::unique_ptr<float, std::function<void(float*)>> pinned_metrics;
   mnist::OptimizerStep constants;
 
   explicit SeedStep(Backend& backend)
@@ -183,14 +219,16 @@ struct SeedStep {
         replica(model, backend, kBatch),
         pixels(backend, 64 * 28 * 28),
         labels(backend, 64),
-        indices(backend, kBatch),
-        scalars(backend, 1) {
+        ring(backend, kRingSteps * kBatch),
+        scalars(backend, 1),
+        pinned_metrics(static_cast<float*>(backend.allocate_host(sizeof(float) * 3)),
+                       [&backend](float* p) { backend.release_host(p); }) {
     const mnist::ImageSet images = mnist::testing::synthetic_split(64, 28, 10, 3);
     be.copy_to_device(pixels.data(), images.pixels.data(), pixels.bytes());
     be.copy_to_device(labels.data(), images.labels.data(), labels.bytes());
-    std::vector<int32_t> host(kBatch);
-    for (int i = 0; i < kBatch; ++i) host[i] = (i * 7) % 64;
-    be.copy_to_device(indices.data(), host.data(), indices.bytes());
+    std::vector<int32_t> host(kRingSteps * kBatch);
+    for (int i = 0; i < kRingSteps * kBatch; ++i) host[i] = (i * 7) % 64;
+    be.copy_to_device(ring.data(), host.data(), ring.bytes());
     const std::vector<float> init = model.initial_params(e.seed);
     be.copy_to_device(replica.params(), init.data(), init.size() * sizeof(float));
     const std::vector<float> state = model.initial_state();
@@ -202,8 +240,13 @@ struct SeedStep {
 
   // from_scalars: the step number, lr and Adam's values come from `scalars`, advanced at the end.
   void issue(int64_t step, bool from_scalars) {
-    be.gather_batch(pixels.data(), labels.data(), 28 * 28, indices.data(), kBatch, replica.input(),
-                    replica.labels());
+    if (from_scalars)
+      be.gather_batch(pixels.data(), labels.data(), 28 * 28, ring.data(), kRingSteps,
+                      scalars.data(), kBatch, replica.input(), replica.labels());
+    else
+      be.gather_batch(pixels.data(), labels.data(), 28 * 28,
+                      ring.data() + (step % kRingSteps) * kBatch, kBatch, replica.input(),
+                      replica.labels());
     replica.reset_metrics();
     mnist::PassContext pass;
     pass.n = pass.global_n = kBatch;
@@ -218,6 +261,7 @@ struct SeedStep {
                      replica.moment1(), replica.moment2());
       be.step_scalars_advance(scalars.data(), constants.beta1, constants.beta2, constants.epsilon,
                               false);
+      be.copy_to_host_async(pinned_metrics.get(), replica.metrics(), sizeof(float) * 3);
     } else {
       mnist::OptimizerStep s = constants;
       s.step = step + 1;
@@ -264,26 +308,34 @@ TEST_CASE(
       before = be.counts();
       be.replay(*step);
       const LaunchCounts c = be.counts() - before;
-      // What the eager step issues, plus the kernel that advances the step scalars, in one launch
-      // from the host, and no host wait. Natively that is 52 + 1 kernels and the three batch
-      // norms' device copies (tests/gpu/test_launch_counts.cpp).
+      // What the eager step issues, plus the kernel that advances the step scalars and the
+      // metrics' copy to pinned memory, in one launch from the host, and no host wait. Natively
+      // that is 52 + 1 kernels and the three batch norms' device copies + 1
+      // (tests/gpu/test_launch_counts.cpp).
       CHECK(c.graph_launches == 1);
       CHECK(c.kernels == e.kernels + 1);
       CHECK(c.library_calls == e.library_calls);
-      CHECK(c.copies == e.copies);
+      CHECK(c.copies == e.copies + 1);
       CHECK(c.host_syncs == 0);
       CHECK(e.host_syncs == 0);
-      if (engine == "native") CHECK((c.kernels == 53 && c.copies == 3));
+      if (engine == "native") CHECK((c.kernels == 53 && c.copies == 4));
       CHECK(same_bits(graph.all_values(), eager.all_values()));
     }
-    // Several steps between two log steps: only the log step's read of the metrics waits.
+    // Several steps between two log steps: only the log step waits, then reads the metrics the
+    // last replay copied to pinned memory.
     const LaunchCounts before = be.counts();
-    for (int i = 0; i < 5; ++i) be.replay(*step);
+    for (int64_t s = 4; s < 9; ++s) {
+      be.replay(*step);
+      eager.issue(s, false);
+    }
     CHECK((be.counts() - before).host_syncs == 0);
-    float metrics[mnist::kMetricSlots];
-    be.copy_to_host(metrics, graph.replica.metrics(), sizeof metrics);
+    be.synchronize();
     CHECK((be.counts() - before).host_syncs == 1);
-    CHECK(metrics[mnist::kSamples] == SeedStep::kBatch);
+    const std::vector<float> pinned(graph.pinned_metrics.get(), graph.pinned_metrics.get() + 3);
+    std::vector<float> want(3);
+    be.copy_to_host(want.data(), eager.replica.metrics(), sizeof(float) * 3);
+    CHECK(same_bits(pinned, want));
+    CHECK(pinned[mnist::kSamples] == SeedStep::kBatch);
   }
 }
 

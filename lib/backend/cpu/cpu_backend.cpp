@@ -80,6 +80,11 @@ class CpuBackend final : public Backend {
   void fill(float* dst, std::size_t n, float value) override { cpu::fill(n, value, dst, threads_); }
   // Every kernel has finished when it returns.
   void synchronize() override {}
+  void* allocate_host(std::size_t bytes) override { return allocate(bytes); }
+  void release_host(void* ptr) noexcept override { release(ptr); }
+  void copy_to_host_async(void* dst, const void* src, std::size_t bytes) override {
+    copy_to_host(dst, src, bytes);
+  }
 
   void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                     const int32_t* indices, int n, float* x, int32_t* y) override {
@@ -217,6 +222,12 @@ class CpuBackend final : public Backend {
     cpu::sgd_update(n, n_decay, s, params, grads, velocity, threads_);
   }
 
+  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels, const int32_t* ring,
+                    int ring_steps, const StepScalars* step, int n, float* x, int32_t* y) override {
+    MNIST_CHECK(ring_steps >= 1, "{}: gather_batch from a ring of {} steps", name(), ring_steps);
+    const int64_t slot = step->step % ring_steps;
+    gather_batch(images, labels, pixels, ring + slot * n, n, x, y);
+  }
   // Per-step values: this backend's memory is the host's, so they are read and written in place.
   void step_scalars_set(StepScalars* s, const StepScalars& values) override { *s = values; }
   void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,

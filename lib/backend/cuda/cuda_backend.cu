@@ -228,12 +228,36 @@ class CudaBackend final : public Backend {
     activate();
     wait_for_stream();
   }
+  void* allocate_host(std::size_t bytes) override {
+    activate();
+    void* ptr = nullptr;
+    MNIST_CUDA_CHECK(cudaMallocHost(&ptr, std::max<std::size_t>(bytes, 1)));
+    return ptr;
+  }
+  void release_host(void* ptr) noexcept override {
+    if (!ptr) return;
+    cudaSetDevice(ordinal_);
+    cudaFreeHost(ptr);
+    cudaGetLastError();
+  }
+  void copy_to_host_async(void* dst, const void* src, std::size_t bytes) override {
+    activate();
+    cuda::count_copy(stream_);
+    MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
 
   // ---- data -----------------------------------------------------------------------------------
   void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                     const int32_t* indices, int n, float* x, int32_t* y) override {
     activate();
     cuda::gather_batch(stream_, images, labels, pixels, indices, n, x, y);
+  }
+
+  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels, const int32_t* ring,
+                    int ring_steps, const StepScalars* step, int n, float* x, int32_t* y) override {
+    activate();
+    MNIST_CHECK(ring_steps >= 1, "{}: gather_batch from a ring of {} steps", name_, ring_steps);
+    cuda::gather_batch(stream_, images, labels, pixels, ring, ring_steps, step, n, x, y);
   }
 
   // ---- convolution ----------------------------------------------------------------------------
