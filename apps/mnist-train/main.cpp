@@ -154,12 +154,13 @@ int train_command(const std::string& config_path, const std::vector<std::string>
 }
 
 // A trained model ready for inference: the experiment it was trained with (from the checkpoint's
-// own metadata), its weights, and one backend of the devices that experiment would use.
+// own metadata), its weights, and the backend factory of the first device that experiment would
+// use.
 struct Inference {
   mnist::Experiment experiment;
   std::unique_ptr<mnist::Model> model;
   mnist::CheckpointState checkpoint;
-  std::unique_ptr<mnist::Backend> backend;
+  mnist::BackendFactory backend;
 };
 
 Inference load_for_inference(const std::string& path, const std::string& data_dir = "") {
@@ -176,7 +177,7 @@ Inference load_for_inference(const std::string& path, const std::string& data_di
   inf.checkpoint = mnist::load_checkpoint(path, *inf.model);
   mnist::DevicePlan devices = device_plan(inf.experiment);
   devices.gpus.resize(std::min<std::size_t>(devices.gpus.size(), 1));
-  inf.backend = devices.factory()(0);
+  inf.backend = devices.factory();
   return inf;
 }
 
@@ -184,10 +185,11 @@ int eval_command(const std::string& checkpoint, const std::string& data_dir, spd
   Inference inf = load_for_inference(checkpoint, data_dir);
   const mnist::Dataset data =
       mnist::load_dataset(inf.experiment.data, inf.experiment.model.classes);
+  std::unique_ptr<mnist::Backend> backend = inf.backend(0);
   log.info("evaluating {} (step {}) on {} with {}", checkpoint, inf.checkpoint.step,
-           data.test.images_path, inf.backend->name());
+           data.test.images_path, backend->name());
   const mnist::EvaluationReport report =
-      mnist::evaluate_model(*inf.model, *inf.backend, inf.checkpoint.params, inf.checkpoint.state,
+      mnist::evaluate_model(inf.experiment, *inf.model, std::move(backend), inf.checkpoint,
                             data.test, inf.experiment.train.eval_batch);
   std::cout << mnist::format_report(report);
   return kExitOk;
@@ -197,8 +199,8 @@ int predict_command(const std::string& checkpoint, const std::vector<std::string
   Inference inf = load_for_inference(checkpoint);
   for (const std::string& path : images) {
     const mnist::ImageSet set = mnist::read_images_for_prediction(path);
-    const auto probs = mnist::predict_probabilities(*inf.model, *inf.backend, inf.checkpoint.params,
-                                                    inf.checkpoint.state, set);
+    const auto probs = mnist::predict_probabilities(inf.experiment, *inf.model, inf.backend(0),
+                                                    inf.checkpoint, set);
     for (int i = 0; i < set.count; ++i) {
       const auto& p = probs[i];
       const int best = static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
@@ -211,7 +213,8 @@ int predict_command(const std::string& checkpoint, const std::vector<std::string
 
 int bench_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::vector<std::string>& unsets, const mnist::BenchmarkOptions& options,
-                  const std::string& engines, int rounds, bool json, bool allreduce) {
+                  const std::string& engines, int rounds, bool json, bool allreduce,
+                  bool no_allreduce) {
   const mnist::Experiment experiment = mnist::load_experiment(config_path, overrides, unsets);
   const mnist::Model model = mnist::Model::build(experiment.model);
   if (allreduce) {
@@ -227,20 +230,16 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   std::string why_no_gpu;
   const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
   mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
-  std::vector<std::string> engine_list;
+  std::vector<mnist::Engine> engine_list;
   if (engines.empty() && devices.kind == mnist::DeviceKind::cpu) {
     engine_list = {devices.engine};  // the config's own
   } else if (engines.empty() || engines == "all") {
-    if (devices.kind == mnist::DeviceKind::cpu) {
-      engine_list = mnist::cpu_engines();
-    } else {
-      engine_list = {"native", "cublas"};
-      if (MNIST_HAVE_CUDNN) engine_list.push_back("cudnn");
-    }
+    engine_list =
+        devices.kind == mnist::DeviceKind::cpu ? mnist::cpu_engines() : mnist::cuda_engines();
   } else {
     for (std::size_t start = 0; start <= engines.size();) {
       const std::size_t comma = std::min(engines.find(',', start), engines.size());
-      engine_list.push_back(engines.substr(start, comma - start));
+      engine_list.push_back(mnist::parse_engine(engines.substr(start, comma - start), "--engines"));
       start = comma + 1;
     }
   }
@@ -262,15 +261,23 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   for (int round = 1; round <= rounds; ++round) {
     for (std::size_t e = 0; e < engine_list.size(); ++e) {
       devices.engine = engine_list[e];
-      std::unique_ptr<mnist::Backend> backend = devices.factory()(0);
-      const mnist::BenchmarkResult r = mnist::run_benchmark(model, *backend, options);
+      // One replica, on the plan's first device, with the communicator a one-worker run of that
+      // device gets (nothing to sum, but the step's hop is run and timed).
+      mnist::DevicePlan one = devices;
+      one.cpu_workers = 1;
+      one.gpus.resize(std::min<std::size_t>(one.gpus.size(), 1));
+      std::shared_ptr<mnist::Communicator> comm;
+      if (!no_allreduce) comm = mnist::make_communicator(one);
+      const mnist::BenchmarkResult r =
+          mnist::run_benchmark(experiment, model, one.factory()(0), comm, options);
       rates[e].push_back(r.samples_per_second);
       if (json) {
         std::cout << mnist::benchmark_json(r) << "\n";
         continue;
       }
       if (rounds > 1) std::cout << fmt::format("round {}/{}: ", round, rounds);
-      std::cout << "engine " << engine_list[e] << ", " << mnist::format_benchmark(r);
+      std::cout << "engine " << mnist::to_string(engine_list[e]) << ", "
+                << mnist::format_benchmark(r);
       if (cpu)
         std::cout << fmt::format("  {:.1f} GFLOP/s = {:.1f}% of the FMA peak\n",
                                  mnist::benchmark_gflops(r),
@@ -282,8 +289,8 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
       std::vector<double> v = rates[e];
       std::sort(v.begin(), v.end());
       std::cout << fmt::format(
-          "engine {}: {:.0f}-{:.0f} samples/s over {} rounds (median {:.0f})\n", engine_list[e],
-          v.front(), v.back(), rounds, v[v.size() / 2]);
+          "engine {}: {:.0f}-{:.0f} samples/s over {} rounds (median {:.0f})\n",
+          mnist::to_string(engine_list[e]), v.front(), v.back(), rounds, v[v.size() / 2]);
     }
   }
   return kExitOk;
@@ -332,7 +339,9 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       ->required();
   convert_cmd->add_option("OUT_DIR", out_dir, "where the four IDX files go")->required();
   CLI::App* bench_cmd = app.add_subcommand(
-      "bench", "time training steps of one replica (samples/s and the time per layer)");
+      "bench",
+      "time training steps of one replica as training runs them (samples/s and the time per "
+      "layer)");
   mnist::BenchmarkOptions bench_options;
   std::string bench_engines;
   bool bench_json = false;
@@ -350,8 +359,14 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
                    "run the engines this many times, alternating, then sum up")
       ->check(CLI::PositiveNumber);
   bool bench_allreduce = false;
-  bench_cmd->add_flag("--allreduce", bench_allreduce,
-                      "time only the per-step gradient all-reduce over the config's devices");
+  CLI::Option* allreduce_only =
+      bench_cmd->add_flag("--allreduce", bench_allreduce,
+                          "time only the per-step gradient all-reduce over the config's devices");
+  bool bench_no_allreduce = false;
+  bench_cmd
+      ->add_flag("--no-allreduce", bench_no_allreduce,
+                 "leave the step's gradient all-reduce out (one replica: it has nothing to sum)")
+      ->excludes(allreduce_only);
   CLI::App* eval_cmd = app.add_subcommand(
       "eval", "test loss, accuracy, per-class accuracy and confusion matrix of a checkpoint");
   std::string checkpoint_path, eval_data;
@@ -403,7 +418,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
       return bench_command(config_path, overrides, unsets, bench_options, bench_engines,
-                           bench_rounds, bench_json, bench_allreduce);
+                           bench_rounds, bench_json, bench_allreduce, bench_no_allreduce);
     }
     if (config_path.empty()) {
       std::cerr << "mnist-train: --config FILE is required (see --help)\n";

@@ -4,9 +4,19 @@
 // on a backend that cannot capture.
 #include "backend/backend.hpp"
 
+#include "build_info.hpp"
 #include "core/error.hpp"
 
 namespace mnist {
+
+std::vector<Engine> cuda_engines() {
+  std::vector<Engine> out;
+  if (!MNIST_HAVE_CUDA) return out;
+  for (Engine e : engines_of(BackendChoice::cuda)) {
+    if (e != Engine::cudnn || MNIST_HAVE_CUDNN) out.push_back(e);
+  }
+  return out;
+}
 
 namespace {
 [[noreturn]] void no_fused_block(const Backend& b, const char* op) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/kernel_args.hpp"
+#include "config/spellings.hpp"
 #include "core/rng.hpp"
 
 namespace mnist {
@@ -257,19 +258,23 @@ class Backend {
   virtual bool all_finite(std::size_t n, const float* x) = 0;     // waits for the answer
 };
 
-// How a backend is built. `engine` picks the implementation of the heavy ops.
-// CUDA: "native" every kernel hand-written; "cublas" dense layers through cuBLAS;
-//   "cudnn" convolution and batch norm through cuDNN, dense through cuBLAS.
-// CPU (cpu_engines()): "native" direct convolutions with vector kernels for the CPU's instruction
-//   set; "blas" convolutions by im2col + OpenBLAS GEMM (only in builds with OpenBLAS).
+// How a backend is built. `engine` picks the implementation of the heavy ops (the engine table,
+// with the backends that run each, is config/spellings.cpp).
+// CUDA: native every kernel hand-written; cublas dense layers through cuBLAS;
+//   cudnn convolution and batch norm through cuDNN, dense through cuBLAS.
+// CPU (cpu_engines()): native direct convolutions with vector kernels for the CPU's instruction
+//   set; blas convolutions by im2col + OpenBLAS GEMM (only in builds with OpenBLAS).
 struct BackendOptions {
   int worker_index = 0;
   int threads = 0;  // CPU: kernel threads for this worker (0 = all cores)
-  std::string engine = "native";
+  Engine engine = Engine::native;
 };
 
-// The CPU engines of this build: "native", and "blas" when it was built with OpenBLAS.
-std::vector<std::string> cpu_engines();
+// The CPU engines of this build: native, and blas when it was built with OpenBLAS.
+std::vector<Engine> cpu_engines();
+// The CUDA engines of this build: native, cublas, and cudnn when it was built with cuDNN (empty
+// without CUDA).
+std::vector<Engine> cuda_engines();
 
 // Factories. make_cuda_backend throws a RuntimeError when the tool was built without CUDA, or when
 // the device cannot be used (naming what was visible and CUDA_VISIBLE_DEVICES).

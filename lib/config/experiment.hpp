@@ -2,6 +2,10 @@
 // An experiment as plain data: what a YAML config file says after parsing, defaults and validation.
 // Defaults written here are the ones documented in README's configuration reference; keep both
 // equal.
+//
+// The public face of lib/config: the structs, reading (experiment.cpp), writing back (emit.cpp)
+// and the enums with their spellings (spellings.hpp). The canonical math-relevant text and hash
+// are math_config.hpp. The other headers of the folder are its internals.
 
 #include <cstdint>
 #include <optional>
@@ -9,11 +13,9 @@
 #include <utility>
 #include <vector>
 
-namespace mnist {
+#include "config/spellings.hpp"
 
-enum class LayerKind { conv2d, max_pool, batch_norm, relu, dense, dropout, flatten };
-enum class PaddingMode { same, valid, explicit_pixels };
-enum class InitKind { truncated_normal, he_normal, glorot_uniform, zeros };
+namespace mnist {
 
 struct InitSpec {
   InitKind kind = InitKind::truncated_normal;
@@ -71,25 +73,20 @@ struct ModelConfig {
   std::vector<LayerSpec> layers;
 };
 
-enum class BackendChoice { auto_select, cpu, cuda };
-
 struct DevicesConfig {
   BackendChoice backend = BackendChoice::auto_select;
   // GPU choice: "all", an explicit list of ordinals (as CUDA numbers them under
   // CUDA_VISIBLE_DEVICES), or "auto:N" (the N with most free memory).
-  std::string gpus_mode = "all";  // all | list | auto
+  GpuSelection gpus_mode = GpuSelection::all;
   std::vector<int> gpu_list;
   int gpus_auto_count = 0;
   // Kernel engine. CUDA: native (our kernels) | cublas | cudnn. CPU: native (direct vector
   // kernels) | blas (im2col + OpenBLAS, in builds with OpenBLAS). An engine of the other backend
   // is a config error; with backend auto the plan checks it once the backend is known.
-  std::string engine = "native";
+  Engine engine = Engine::native;
   int cpu_workers = 1;  // CPU backend: replicas (stand-ins for devices)
   int threads = 0;      // CPU backend: total kernel threads across workers; 0 = all cores
 };
-
-enum class BatchNormMode { local, sync };
-enum class LogFormat { standard, seed };
 
 struct TrainConfig {
   int64_t steps = 0;  // exactly one of steps / epochs
@@ -108,13 +105,6 @@ struct TrainConfig {
   bool log_after_update = false;
 };
 
-enum class OptimizerKind { adam, sgd };
-// Where Adam adds epsilon: to sqrt(v_hat) (Kingma & Ba, PyTorch) or to sqrt(v) with the bias
-// corrections folded into the step size (TensorFlow 1's AdamOptimizer): the latter equals the
-// former with epsilon * sqrt(1 / (1 - beta2^t)), which is larger early in training.
-enum class AdamEpsilon { pytorch, tensorflow };
-enum class WeightDecayMode { l2, decoupled };
-
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adam;
   double lr = 0.001;
@@ -125,8 +115,6 @@ struct OptimizerConfig {
   double weight_decay = 0.0;
   WeightDecayMode weight_decay_mode = WeightDecayMode::l2;
 };
-
-enum class ScheduleKind { constant, step, cosine };
 
 struct ScheduleConfig {
   ScheduleKind kind = ScheduleKind::constant;
@@ -174,7 +162,5 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& sou
                             const std::vector<std::string>& unsets = {});
 // The resolved experiment as YAML (every key, defaults included), for --dry-run and the run dir.
 std::string to_yaml(const Experiment& e);
-
-const char* to_string(LayerKind k);
 
 }  // namespace mnist

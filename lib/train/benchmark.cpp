@@ -10,8 +10,11 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/rng.hpp"
+#include "data/sampler.hpp"
 #include "model/layers.hpp"
 #include "model/replica.hpp"
+#include "train/schedule.hpp"
+#include "train/worker.hpp"
 
 namespace mnist {
 
@@ -22,83 +25,94 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 }  // namespace
 
-BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOptions& o) {
+BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
+                              std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> comm,
+                              const BenchmarkOptions& o) {
   MNIST_CHECK(o.batch >= 1 && o.steps >= 1 && o.warmup >= 0,
               "bad benchmark options: batch {}, steps {}", o.batch, o.steps);
-  Replica replica(model, be, o.batch);
-  // A small random image pool on the device; each step gathers a batch from it as training does.
+  MNIST_CHECK(!comm || (comm->local_size() == 1 && comm->global_size() == 1),
+              "the benchmark runs one replica; its communicator '{}' has {} workers",
+              comm ? comm->name() : "", comm ? comm->global_size() : 0);
+  const int profiled = std::max(1, std::min(o.steps, 5));
+  const int total_steps = o.warmup + o.steps + profiled;
+  // The config as one replica with the benchmark's batch trains it; the replica is sized for that
+  // batch alone (the benchmark does not evaluate).
+  Experiment e = experiment;
+  e.seed = o.seed;
+  e.train.global_batch = o.batch;
+  e.train.steps = total_steps;
+  e.train.eval_batch = o.batch;
+  // A random image pool, uploaded as training uploads the dataset; each step gathers from it.
   const int pool = std::max(o.batch, 4096);
-  const int pixels = static_cast<int>(model.input().size());
-  std::vector<uint8_t> images(static_cast<std::size_t>(pool) * pixels), labels(pool);
+  auto data = std::make_shared<Dataset>();
+  data->name = "random";
+  ImageSet& images = data->train;
+  images.count = pool;
+  images.rows = data->test.rows = model.input().h;
+  images.cols = data->test.cols = model.input().w;
+  images.pixels.resize(static_cast<std::size_t>(pool) * model.input().size());
+  images.labels.resize(pool);
   const RngKey key = make_rng_key(o.seed, 0x4000u);
-  for (std::size_t i = 0; i < images.size(); ++i)
-    images[i] =
+  for (std::size_t i = 0; i < images.pixels.size(); ++i)
+    images.pixels[i] =
         static_cast<uint8_t>(philox4x32(static_cast<uint32_t>(i), 0, 0, 0, key.k0, key.k1).v[0]);
-  for (int i = 0; i < pool; ++i) labels[i] = static_cast<uint8_t>(i % model.classes());
-  std::vector<int32_t> idx(o.batch);
-  for (int i = 0; i < o.batch; ++i) idx[i] = (i * 7919) % pool;
-  DeviceBuffer<uint8_t> d_images(be, images.size()), d_labels(be, labels.size());
-  DeviceBuffer<int32_t> d_idx(be, idx.size());
-  be.copy_to_device(d_images.data(), images.data(), images.size());
-  be.copy_to_device(d_labels.data(), labels.data(), labels.size());
-  be.copy_to_device(d_idx.data(), idx.data(), idx.size() * sizeof(int32_t));
-  const std::vector<float> init = model.initial_params(o.seed);
-  be.copy_to_device(replica.params(), init.data(), init.size() * sizeof(float));
-  const std::vector<float> state = model.initial_state();
-  be.copy_to_device(replica.state(), state.data(), state.size() * sizeof(float));
+  for (int i = 0; i < pool; ++i) images.labels[i] = static_cast<uint8_t>(i % model.classes());
+  const std::string communicator = comm ? comm->name() : "";
+  Worker worker(RunInputs::make(e, model, std::move(data), std::move(comm), 1), std::move(backend),
+                0, 0);
+  Backend& be = worker.backend();
+  Replica& replica = worker.replica();
 
-  PassContext ctx;
-  ctx.n = o.batch;
-  ctx.training = true;
-  ctx.seed = o.seed;
-  ctx.global_n = o.batch;
-  OptimizerStep s;
+  EpochSampler sampler(pool, e.seed);
+  std::vector<int32_t> batch(o.batch);
+  auto lr_at = [&](int64_t step) {
+    return learning_rate_at(e.schedule, e.optimizer.lr, step, total_steps);
+  };
+  auto one_step = [&](int64_t step) {
+    sampler.batch_indices(step, o.batch, batch.data());
+    worker.train_step(batch.data(), step, lr_at(step), false);
+  };
+  for (int i = 0; i < o.warmup; ++i) one_step(i);
+  worker.synchronize();
+  const auto start = Clock::now();
+  for (int i = 0; i < o.steps; ++i) one_step(o.warmup + i);
+  worker.synchronize();
+  const double total_ms = ms_between(start, Clock::now());
+
+  // Profiled pass: the same hops, with a synchronisation around every layer, the all-reduce and
+  // the update.
   Replica::LayerTimes times;
   times.forward_ms.assign(model.layers().size(), 0.0);
   times.backward_ms.assign(model.layers().size(), 0.0);
-  double loss_ms = 0, update_ms = 0;
-  auto one_step = [&](int64_t step, bool profile) {
-    ctx.step = static_cast<uint32_t>(step);
-    be.gather_batch(d_images.data(), d_labels.data(), pixels, d_idx.data(), o.batch,
-                    replica.input(), replica.labels());
-    replica.reset_metrics();
-    replica.forward_train(ctx, 1.0f / o.batch);
-    replica.backward(ctx);
-    s.step = step + 1;
-    Clock::time_point t0;
-    if (profile) {
-      be.synchronize();
-      t0 = Clock::now();
-    }
-    be.adam_update(model.param_count(), model.decayed_count(), s, replica.params(), replica.grads(),
-                   replica.moment1(), replica.moment2());
-    if (profile) {
-      be.synchronize();
-      update_ms += ms_between(t0, Clock::now());
-    }
-  };
-
-  for (int i = 0; i < o.warmup; ++i) one_step(i, false);
-  be.synchronize();
-  const auto start = Clock::now();
-  for (int i = 0; i < o.steps; ++i) one_step(o.warmup + i, false);
-  be.synchronize();
-  const double total_ms = ms_between(start, Clock::now());
-
-  // Profiled pass: the same steps with a synchronisation around every layer.
-  const int profiled = std::max(1, std::min(o.steps, 5));
+  double allreduce_ms = 0, update_ms = 0;
   replica.set_profile(&times);
-  for (int i = 0; i < profiled; ++i) one_step(o.warmup + o.steps + i, true);
+  for (int i = 0; i < profiled; ++i) {
+    const int64_t step = o.warmup + o.steps + i;
+    sampler.batch_indices(step, o.batch, batch.data());
+    worker.gather(batch.data(), step);
+    worker.forward();
+    worker.backward();
+    worker.synchronize();
+    auto t0 = Clock::now();
+    worker.all_reduce();
+    worker.synchronize();
+    allreduce_ms += ms_between(t0, Clock::now());
+    t0 = Clock::now();
+    worker.update(lr_at(step));
+    worker.synchronize();
+    update_ms += ms_between(t0, Clock::now());
+  }
   replica.set_profile(nullptr);
-  // The loss kernel's share: time it alone on the last logits.
+  // The loss kernel's share: the training forward (every layer + loss) timed alone, less the
+  // per-layer forward times measured above.
+  double loss_ms = 0;
   {
-    be.synchronize();
+    worker.synchronize();
     const auto t0 = Clock::now();
-    for (int i = 0; i < profiled; ++i) replica.forward_loss(ctx);
-    be.synchronize();
+    for (int i = 0; i < profiled; ++i) worker.forward();
+    worker.synchronize();
     double forward_total = 0;
     for (double v : times.forward_ms) forward_total += v;
-    // forward_loss = every layer + loss; subtract the per-layer forward time measured above.
     loss_ms = std::max(0.0, ms_between(t0, Clock::now()) - forward_total) / profiled;
   }
 
@@ -117,6 +131,9 @@ BenchmarkResult run_benchmark(const Model& model, Backend& be, const BenchmarkOp
   }
   r.loss_ms = loss_ms;
   r.update_ms = update_ms / profiled;
+  r.optimizer = e.optimizer.kind == OptimizerKind::adam ? "adam" : "sgd";
+  r.communicator = communicator;
+  r.allreduce_ms = allreduce_ms / profiled;
   r.device_bytes = replica.device_bytes();
   r.flops_per_sample = model.flops_per_sample();
   for (const LayerPlan& p : model.layers()) {
@@ -203,7 +220,7 @@ std::string format_benchmark(const BenchmarkResult& r) {
       "backward at 3x forward FLOPs), replica memory {:.1f} MiB\n",
       r.device, r.batch, r.steps, r.step_ms, r.samples_per_second, benchmark_gflops(r),
       r.device_bytes / 1048576.0);
-  double total = r.loss_ms + r.update_ms;
+  double total = r.loss_ms + r.update_ms + r.allreduce_ms;
   for (std::size_t i = 0; i < r.layers.size(); ++i) total += r.forward_ms[i] + r.backward_ms[i];
   std::size_t width = 14;  // fused blocks have long names
   for (const std::string& l : r.layers) width = std::max(width, l.size());
@@ -216,8 +233,14 @@ std::string format_benchmark(const BenchmarkResult& r) {
   for (const std::string& line : r.conv_algorithms) out += fmt::format("  algorithms {}\n", line);
   out += fmt::format("  {:<{}} {:>10.3f} {:>10} {:>6.1f}%\n", "loss", width, r.loss_ms, "",
                      100.0 * r.loss_ms / total);
-  out += fmt::format("  {:<{}} {:>10} {:>10.3f} {:>6.1f}%\n", "adam update", width, "", r.update_ms,
-                     100.0 * r.update_ms / total);
+  if (r.communicator.empty())
+    out += fmt::format("  {:<{}} {:>10} {:>10}          (left out: --no-allreduce)\n", "all-reduce",
+                       width, "", "");
+  else
+    out += fmt::format("  {:<{}} {:>10} {:>10.3f} {:>6.1f}%   ({})\n", "all-reduce", width, "",
+                       r.allreduce_ms, 100.0 * r.allreduce_ms / total, r.communicator);
+  out += fmt::format("  {:<{}} {:>10} {:>10.3f} {:>6.1f}%\n", r.optimizer + " update", width, "",
+                     r.update_ms, 100.0 * r.update_ms / total);
   return out;
 }
 
@@ -232,10 +255,11 @@ std::string benchmark_json(const BenchmarkResult& r) {
     algorithms += (i ? "," : "") + json::quote(r.conv_algorithms[i]);
   return fmt::format(
       "{{\"device\":{},\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_second\":{:.6g},"
-      "\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"device_bytes\":{},\"layers\":[{}],"
-      "\"conv_algorithms\":[{}]}}",
+      "\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"optimizer\":{},\"allreduce_ms\":{:.6g},"
+      "\"communicator\":{},\"device_bytes\":{},\"layers\":[{}],\"conv_algorithms\":[{}]}}",
       json::quote(r.device), r.batch, r.steps, r.step_ms, r.samples_per_second, r.loss_ms,
-      r.update_ms, r.device_bytes, layers, algorithms);
+      r.update_ms, json::quote(r.optimizer), r.allreduce_ms, json::quote(r.communicator),
+      r.device_bytes, layers, algorithms);
 }
 
 }  // namespace mnist

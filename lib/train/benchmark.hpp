@@ -8,15 +8,16 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "config/experiment.hpp"
 #include "model/model.hpp"
 
 namespace mnist {
 
 struct BenchmarkOptions {
   int batch = 1024;
-  int steps = 20;  // timed steps
-  int warmup = 3;  // untimed steps first (allocation, caches, clocks)
-  uint64_t seed = 42;
+  int steps = 20;      // timed steps
+  int warmup = 3;      // untimed steps first (allocation, caches, clocks)
+  uint64_t seed = 42;  // the random images and the initial weights
 };
 
 struct BenchmarkResult {
@@ -28,6 +29,9 @@ struct BenchmarkResult {
   std::vector<std::string> layers;              // "0:conv2d"
   std::vector<double> forward_ms, backward_ms;  // per step, from a separate profiled pass
   double loss_ms = 0, update_ms = 0;            // softmax cross-entropy, optimizer (profiled)
+  std::string optimizer;                        // "adam" or "sgd": the config's
+  std::string communicator;                     // the all-reduce's; "" when left out
+  double allreduce_ms = 0;                      // the gradient all-reduce (profiled)
   std::size_t device_bytes = 0;                 // replica memory
   int64_t flops_per_sample = 0;                 // forward
   // Per conv layer whose engine chose something other than the native kernels (cudnn):
@@ -35,9 +39,16 @@ struct BenchmarkResult {
   std::vector<std::string> conv_algorithms;
 };
 
-// One training step = gather batch + forward + loss + backward + Adam update (no communication).
-// Inputs are random images (the speed does not depend on the pixels' values).
-BenchmarkResult run_benchmark(const Model& model, Backend& backend,
+class Communicator;
+
+// One replica's training steps exactly as training runs them (Worker::train_step,
+// train/worker.hpp): the epoch sampler's batch gathered on the device (with the config's
+// data.random_shift), forward, loss, backward, the gradient all-reduce through `comm` (one worker;
+// null leaves the hop out) and the config's optimizer at its schedule's learning rate. The config's
+// train batch is replaced by options.batch. Inputs are random images (the speed does not depend on
+// the pixels' values).
+BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
+                              std::unique_ptr<Backend> backend, std::shared_ptr<Communicator> comm,
                               const BenchmarkOptions& options);
 
 std::string format_benchmark(const BenchmarkResult& r);
@@ -64,7 +75,6 @@ struct AllReduceResult {
   int iterations = 0;
   double us_per_call = 0, algbw_gb_s = 0, busbw_gb_s = 0;
 };
-class Communicator;
 AllReduceResult run_allreduce_benchmark(const std::function<std::unique_ptr<Backend>(int)>& factory,
                                         int workers, Communicator& comm, std::size_t count,
                                         int iterations);

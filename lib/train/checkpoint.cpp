@@ -19,7 +19,6 @@
 #include "build_info.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "core/fnv1a.hpp"
 #include "core/json.hpp"
 #include "core/printable.hpp"
 
@@ -43,10 +42,6 @@ const std::vector<std::string>& required_metadata() {
       kMetaSeed,          kMetaOptimizer,   kMetaConfig,    kMetaConfigHash,
       kMetaMathConfig,    kMetaToolVersion, kMetaDataSource};
   return keys;
-}
-
-const char* optimizer_name(OptimizerKind k) {
-  return k == OptimizerKind::adam ? "adam" : "sgd";
 }
 
 // Which CheckpointState vector a tensor lives in.
@@ -138,51 +133,6 @@ std::string metadata_text(const std::map<std::string, std::string>& m, const std
   return it == m.end() ? std::string() : it->second;
 }
 
-// Enum spellings as the config file writes them (config/experiment.cpp's tables).
-const char* init_name(InitKind k) {
-  switch (k) {
-    case InitKind::truncated_normal:
-      return "truncated_normal";
-    case InitKind::he_normal:
-      return "he_normal";
-    case InitKind::glorot_uniform:
-      return "glorot_uniform";
-    case InitKind::zeros:
-      return "zeros";
-  }
-  return "?";
-}
-const char* schedule_name(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::constant:
-      return "constant";
-    case ScheduleKind::step:
-      return "step";
-    case ScheduleKind::cosine:
-      return "cosine";
-  }
-  return "?";
-}
-const char* boolean(bool b) {
-  return b ? "true" : "false";
-}
-
-std::vector<std::pair<std::string, std::string>> parse_lines(const std::string& text) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) {
-      out.emplace_back(line, "");
-    } else {
-      out.emplace_back(line.substr(0, eq), line.substr(eq + 1));
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 // ---- save -------------------------------------------------------------------------------------
@@ -197,7 +147,7 @@ void save_checkpoint(const std::string& path, const Model& model, const Experime
               "checkpoint buffers (params {}, state {}, moment1 {}, moment2 {}) do not match the "
               "model (params {}, state {}) and optimizer {} (moment2 is empty for sgd)",
               ckpt.params.size(), ckpt.state.size(), ckpt.moment1.size(), ckpt.moment2.size(),
-              model.param_count(), model.state_count(), optimizer_name(experiment.optimizer.kind));
+              model.param_count(), model.state_count(), to_string(experiment.optimizer.kind));
   MNIST_CHECK(ckpt.step >= 0, "checkpoint step {} is negative", ckpt.step);
 
   std::vector<std::pair<std::string, std::string>> meta = {
@@ -206,7 +156,7 @@ void save_checkpoint(const std::string& path, const Model& model, const Experime
       {kMetaEpoch, fmt::format("{}", ckpt.epoch)},
       {kMetaSampler, kSamplerName},
       {kMetaSeed, std::to_string(experiment.seed)},
-      {kMetaOptimizer, optimizer_name(experiment.optimizer.kind)},
+      {kMetaOptimizer, to_string(experiment.optimizer.kind)},
       {kMetaConfig, to_yaml(experiment)},
       {kMetaConfigHash, math_config_hash(experiment)},
       {kMetaMathConfig, math_config_text(experiment)},
@@ -347,10 +297,10 @@ Header read_header(const std::string& path) {
       MNIST_THROW(DataError, "'{}': metadata epoch is \"{}\", expected a number", path, text);
   }
   const std::string optimizer = ckpt.metadata[kMetaOptimizer];
-  if (optimizer != "adam" && optimizer != "sgd")
-    MNIST_THROW(DataError, "'{}': metadata optimizer is \"{}\", expected \"adam\" or \"sgd\"", path,
-                optimizer);
-  const std::string expected_hash = fmt::format("{:016x}", fnv1a(ckpt.metadata[kMetaMathConfig]));
+  if (!from_string<OptimizerKind>(optimizer))
+    MNIST_THROW(DataError, "'{}': metadata optimizer is \"{}\", expected \"{}\"", path, optimizer,
+                fmt::join(spelling_names<OptimizerKind>(), "\" or \""));
+  const std::string expected_hash = math_config_hash_of(ckpt.metadata[kMetaMathConfig]);
   if (ckpt.metadata[kMetaConfigHash] != expected_hash)
     MNIST_THROW(DataError,
                 "'{}': metadata config_hash \"{}\" does not match its own math_config (whose hash "
@@ -375,7 +325,7 @@ CheckpointState load_checkpoint(const std::string& path, const Model& model) {
   const uint64_t data_size = h.data_size, file_size = h.file_size;
   CheckpointState ckpt = std::move(h.ckpt);
   const std::string optimizer = ckpt.metadata[kMetaOptimizer];
-  const bool adam = optimizer == "adam";
+  const bool adam = from_string<OptimizerKind>(optimizer) == OptimizerKind::adam;
   ckpt.params.assign(model.param_count(), 0.0f);
   ckpt.state.assign(model.state_count(), 0.0f);
   ckpt.moment1.assign(model.param_count(), 0.0f);
@@ -500,137 +450,7 @@ CheckpointState load_checkpoint(const std::string& path, const Model& model) {
   return ckpt;
 }
 
-// ---- config hash ------------------------------------------------------------------------------
-
-std::string math_config_text(const Experiment& e) {
-  std::string out;
-  auto line = [&](const std::string& key, const auto& value) {
-    out += fmt::format("{}={}\n", key, value);
-  };
-  line("seed", e.seed);
-  // Keys added later appear only when set, so earlier checkpoints keep their hash.
-  if (e.data.validation_size > 0) line("data.validation_size", e.data.validation_size);
-  if (e.data.random_shift > 0) line("data.random_shift", e.data.random_shift);
-  const ModelConfig& m = e.model;
-  line("model.input", fmt::format("{},{},{}", m.input_c, m.input_h, m.input_w));
-  line("model.classes", m.classes);
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    const LayerSpec& l = m.layers[i];
-    const std::string p = fmt::format("model.layers[{}]", i);
-    line(p, to_string(l.kind));
-    auto init = [&] {
-      line(p + ".init.type", init_name(l.init.kind));
-      // mean and stddev mean something only for truncated_normal (the config rejects them
-      // elsewhere), so other kinds do not record the defaults they happen to carry.
-      if (l.init.kind == InitKind::truncated_normal) {
-        line(p + ".init.mean", l.init.mean);
-        line(p + ".init.stddev", l.init.stddev);
-      }
-    };
-    switch (l.kind) {
-      case LayerKind::conv2d:
-        line(p + ".filters", l.filters);
-        line(p + ".kernel", l.kernel);
-        line(p + ".stride", l.stride);
-        line(p + ".padding", l.padding == PaddingMode::explicit_pixels
-                                 ? std::to_string(l.padding_pixels)
-                                 : std::string(l.padding == PaddingMode::same ? "same" : "valid"));
-        line(p + ".bias", boolean(l.bias));
-        init();
-        break;
-      case LayerKind::dense:
-        line(p + ".units", l.units);
-        line(p + ".bias", boolean(l.bias));
-        init();
-        break;
-      case LayerKind::max_pool:
-        line(p + ".size", l.pool_size);
-        line(p + ".stride", l.stride);
-        break;
-      case LayerKind::batch_norm:
-        line(p + ".decay", l.decay);
-        line(p + ".epsilon", l.epsilon);
-        line(p + ".center", boolean(l.center));
-        line(p + ".scale", boolean(l.scale));
-        break;
-      case LayerKind::dropout:
-        line(p + ".rate", l.rate);
-        break;
-      case LayerKind::relu:
-      case LayerKind::flatten:
-        break;
-    }
-  }
-  const OptimizerConfig& o = e.optimizer;
-  line("optimizer.type", optimizer_name(o.kind));
-  line("optimizer.lr", o.lr);
-  if (o.kind == OptimizerKind::adam) {
-    line("optimizer.beta1", o.beta1);
-    line("optimizer.beta2", o.beta2);
-    line("optimizer.epsilon", o.epsilon);
-    // Keys added later appear only when set, so earlier checkpoints keep their hash.
-    if (o.epsilon_style == AdamEpsilon::tensorflow) line("optimizer.epsilon_style", "tensorflow");
-  } else {
-    line("optimizer.momentum", o.momentum);
-    line("optimizer.nesterov", boolean(o.nesterov));
-  }
-  line("optimizer.weight_decay", o.weight_decay);
-  line("optimizer.weight_decay_mode",
-       o.weight_decay_mode == WeightDecayMode::l2 ? "l2" : "decoupled");
-  const ScheduleConfig& s = e.schedule;
-  line("schedule.type", schedule_name(s.kind));
-  line("schedule.warmup_steps", s.warmup_steps);
-  if (s.kind == ScheduleKind::step) {
-    line("schedule.step_size", s.step_size);
-    line("schedule.gamma", s.gamma);
-  }
-  if (s.kind == ScheduleKind::cosine) line("schedule.min_lr", s.min_lr);
-  const TrainConfig& t = e.train;
-  if (t.batch_per_device > 0) {
-    line("train.batch_per_device", t.batch_per_device);
-  } else {
-    line("train.global_batch", t.global_batch);
-  }
-  line("train.batch_norm", t.batch_norm == BatchNormMode::local ? "local" : "sync");
-  line("train.scale_lr_with_devices", boolean(t.scale_lr_with_devices));
-  // It moves the running statistics at logged steps; recorded only when on (added later).
-  if (t.log_after_update) line("train.log_after_update", "true");
-  if (s.kind == ScheduleKind::cosine) {
-    if (t.steps > 0) {
-      line("train.steps", t.steps);
-    } else {
-      line("train.epochs", t.epochs);
-    }
-  }
-  return out;
-}
-
-std::string math_config_hash(const Experiment& experiment) {
-  return fmt::format("{:016x}", fnv1a(math_config_text(experiment)));
-}
-
-std::vector<std::string> math_config_differences(const Experiment& experiment,
-                                                 const std::string& saved_text) {
-  const auto saved = parse_lines(saved_text);
-  const auto current = parse_lines(math_config_text(experiment));
-  const std::map<std::string, std::string> saved_map(saved.begin(), saved.end());
-  const std::map<std::string, std::string> current_map(current.begin(), current.end());
-  std::vector<std::string> out;
-  auto show = [](const std::map<std::string, std::string>& m, const std::string& key) {
-    const auto it = m.find(key);
-    return it == m.end() ? std::string("(absent)") : it->second;
-  };
-  // Current order first (it is the documented order), then keys only the checkpoint has.
-  for (const auto& [key, value] : current) {
-    const auto it = saved_map.find(key);
-    if (it == saved_map.end() || it->second != value)
-      out.push_back(fmt::format("{}: checkpoint {}, config {}", key, show(saved_map, key), value));
-  }
-  for (const auto& [key, value] : saved)
-    if (current_map.count(key) == 0)
-      out.push_back(fmt::format("{}: checkpoint {}, config (absent)", key, value));
-  return out;
-}
+// ---- resume check -----------------------------------------------------------------------------
 
 void check_resume_compatible(const CheckpointState& ckpt, const Experiment& experiment,
                              const std::string& path) {

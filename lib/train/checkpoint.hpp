@@ -30,6 +30,7 @@
 #include <spdlog/logger.h>
 
 #include "config/experiment.hpp"
+#include "config/math_config.hpp"
 #include "model/model.hpp"
 
 namespace mnist {
@@ -88,29 +89,7 @@ CheckpointState read_checkpoint_metadata(const std::string& path);
 
 // ---- what must match to resume ----------------------------------------------------------------
 
-// The settings that change the math of training, one "key=value" line each, in a fixed order:
-//   seed
-//   model.input, model.classes, and for each layer i: model.layers[i]=<kind> followed by every
-//     option of that kind (conv2d: filters kernel stride padding bias init.*; dense: units bias
-//     init.*; max_pool: size stride; batch_norm: decay epsilon center scale; dropout: rate)
-//   optimizer.type, optimizer.lr, Adam: beta1 beta2 epsilon | SGD: momentum nesterov,
-//     optimizer.weight_decay, optimizer.weight_decay_mode
-//   schedule.type, schedule.warmup_steps, step: step_size gamma | cosine: min_lr
-//   train.batch_per_device or train.global_batch (whichever the config sets), train.batch_norm,
-//     train.scale_lr_with_devices, and with a cosine schedule also train.steps or train.epochs
-//     (the schedule's shape depends on the total; with the other schedules extending a run is fine)
-// Not included (they do not change the trajectory): name, data paths, devices, log/eval settings,
-// watchdog, output, checkpoint. Numbers use fmt's shortest round-trip form.
-// Note the device count is not a key: with batch_per_device or scale_lr_with_devices, the caller
-// must also compare the resolved global batch / lr (record them in CheckpointState::metadata).
-std::string math_config_text(const Experiment& experiment);
-// 64-bit FNV-1a of math_config_text, as 16 lowercase hex digits.
-std::string math_config_hash(const Experiment& experiment);
-// Differences between `experiment` and a saved math_config_text, one readable line per key:
-// "optimizer.lr: checkpoint 0.001, config 0.002" ("(absent)" for a key only one side has).
-// Empty when they agree.
-std::vector<std::string> math_config_differences(const Experiment& experiment,
-                                                 const std::string& saved_text);
+// math_config_text / math_config_hash / math_config_differences: config/math_config.hpp.
 // Throws ConfigError naming `path` and listing the differing keys when the checkpoint's hash
 // differs from the experiment's; also when its optimizer or sampler cannot continue this run.
 void check_resume_compatible(const CheckpointState& ckpt, const Experiment& experiment,

@@ -13,7 +13,7 @@ std::vector<GpuInfo> visible_gpus(const DevicesConfig& config, std::string* why_
   if (config.backend == BackendChoice::cpu) return {};
   // Only auto:N needs free memory, which needs a context on every GPU; otherwise the count
   // suffices and no context is created on a GPU the run does not choose.
-  if (config.gpus_mode == "auto") {
+  if (config.gpus_mode == GpuSelection::auto_count) {
     std::vector<GpuInfo> gpus = list_gpus();
     if (gpus.empty()) visible_gpu_count(why_none);
     return gpus;
@@ -56,10 +56,10 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
                       : why_none);
     plan.kind = DeviceKind::cuda;
     const int count = static_cast<int>(visible.size());
-    if (config.gpus_mode == "all") {
+    if (config.gpus_mode == GpuSelection::all) {
       plan.gpus.resize(count);
       std::iota(plan.gpus.begin(), plan.gpus.end(), 0);
-    } else if (config.gpus_mode == "auto") {
+    } else if (config.gpus_mode == GpuSelection::auto_count) {
       if (config.gpus_auto_count > count)
         MNIST_THROW(ConfigError, "devices.gpus: auto:{} asks for {} GPUs but {} visible ({})",
                     config.gpus_auto_count, config.gpus_auto_count, count,
@@ -90,20 +90,24 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
   // so the global batch (and with it the trajectory) is the one the config describes.
   int listed_gpus = 0;
   if (config.backend == BackendChoice::auto_select) {
-    if (config.gpus_mode == "list") listed_gpus = static_cast<int>(config.gpu_list.size());
-    if (config.gpus_mode == "auto") listed_gpus = config.gpus_auto_count;
+    if (config.gpus_mode == GpuSelection::list)
+      listed_gpus = static_cast<int>(config.gpu_list.size());
+    if (config.gpus_mode == GpuSelection::auto_count) listed_gpus = config.gpus_auto_count;
     if (listed_gpus > 0) plan.cpu_workers = listed_gpus;
   }
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = config.threads > 0 ? config.threads : cores;
   plan.threads_per_worker = std::max(1, threads / plan.cpu_workers);
-  const std::vector<std::string> engines = cpu_engines();
-  if (std::find(engines.begin(), engines.end(), config.engine) == engines.end())
+  const std::vector<Engine> engines = cpu_engines();
+  if (std::find(engines.begin(), engines.end(), config.engine) == engines.end()) {
+    std::vector<std::string> allowed;
+    for (Engine e : engines) allowed.push_back(to_string(e));
     MNIST_THROW(ConfigError,
                 "devices.engine: '{}' is not a CPU engine of this build; allowed: {}{}",
-                config.engine, fmt::join(engines, ", "),
-                config.engine == "blas" ? " (built without OpenBLAS)"
-                                        : " (cublas and cudnn need the CUDA backend)");
+                to_string(config.engine), fmt::join(allowed, ", "),
+                config.engine == Engine::blas ? " (built without OpenBLAS)"
+                                              : " (it needs the CUDA backend)");
+  }
   if (config.backend == BackendChoice::auto_select)
     plan.note = fmt::format(
         "no GPU visible: {}; training on the CPU, {}{}",
@@ -132,10 +136,11 @@ std::string DevicePlan::describe_workers() const {
 }
 
 std::string DevicePlan::describe() const {
-  if (kind == DeviceKind::cpu) return fmt::format("cpu, {}, engine {}", describe_workers(), engine);
+  if (kind == DeviceKind::cpu)
+    return fmt::format("cpu, {}, engine {}", describe_workers(), to_string(engine));
   std::string list;
   for (int g : gpus) list += (list.empty() ? "" : ", ") + std::to_string(g);
-  return fmt::format("cuda, GPUs [{}], engine {}", list, engine);
+  return fmt::format("cuda, GPUs [{}], engine {}", list, to_string(engine));
 }
 
 std::string describe_visible_gpus() {

@@ -17,7 +17,7 @@ struct DevicePlan {
   std::vector<int> gpus;  // CUDA ordinals, one per worker (repeats allowed: workers sharing a GPU)
   int cpu_workers = 1;
   int threads_per_worker = 1;  // CPU backend
-  std::string engine = "native";
+  Engine engine = Engine::native;
   std::string note;  // one line for the log when the choice deserves explaining
 
   int workers() const {

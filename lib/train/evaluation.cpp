@@ -1,50 +1,49 @@
 #include "train/evaluation.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "core/error.hpp"
-#include "model/replica.hpp"
+#include "train/worker.hpp"
 
 namespace mnist {
 
-std::vector<std::vector<float>> predict_probabilities(const Model& model, Backend& be,
-                                                      const std::vector<float>& params,
-                                                      const std::vector<float>& state,
-                                                      const ImageSet& images, int batch) {
-  MNIST_CHECK(params.size() == model.param_count() && state.size() == model.state_count(),
-              "parameters ({}) or state ({}) do not fit the model ({}, {})", params.size(),
-              state.size(), model.param_count(), model.state_count());
+namespace {
+
+// `labelled`: the set's labels are real and checked against the model's classes as training checks
+// them (evaluation); otherwise they are ignored (prediction inputs may have none).
+std::vector<std::vector<float>> probabilities(const Experiment& experiment, const Model& model,
+                                              std::unique_ptr<Backend> backend,
+                                              const CheckpointState& weights,
+                                              const ImageSet& images, int batch, bool labelled) {
   if (images.rows != model.input().h || images.cols != model.input().w || model.input().c != 1)
     MNIST_THROW(DataError, "{}: images are {}x{} but the model takes {}", images.images_path,
                 images.rows, images.cols, model.input().str());
   batch = std::max(1, std::min(batch, std::max(images.count, 1)));
-  Replica replica(model, be, batch);
-  be.copy_to_device(replica.params(), params.data(), params.size() * sizeof(float));
-  be.copy_to_device(replica.state(), state.data(), state.size() * sizeof(float));
-  const int pixels = images.pixels_per_image();
-  DeviceBuffer<uint8_t> d_pixels(be, std::max<std::size_t>(images.pixels.size(), 1));
-  DeviceBuffer<uint8_t> d_labels(be, std::max(images.count, 1));
-  DeviceBuffer<int32_t> d_idx(be, batch);
-  std::vector<uint8_t> zero_labels(std::max(images.count, 1), 0);  // labels do not matter here
-  be.copy_to_device(d_pixels.data(), images.pixels.data(), images.pixels.size());
-  be.copy_to_device(d_labels.data(), zero_labels.data(), zero_labels.size());
+  auto inputs = std::make_shared<RunInputs>();
+  inputs->experiment = experiment;
+  inputs->experiment.train.eval_batch = batch;
+  inputs->model = model;
+  inputs->plan.slice_begin = {0, 0};  // no training slice: this worker only evaluates
+  auto data = std::make_shared<Dataset>();
+  data->test = images;
+  if (!labelled) data->test.labels.assign(images.count, 0);
+  data->train.rows = images.rows;
+  data->train.cols = images.cols;
+  inputs->data = std::move(data);
+  Worker worker(std::move(inputs), std::move(backend), 0, 0);
+  worker.restore(weights);
+
   const int classes = model.classes();
   std::vector<std::vector<float>> out;
   out.reserve(images.count);
-  std::vector<int32_t> idx(batch);
   std::vector<float> logits(static_cast<std::size_t>(batch) * classes);
-  PassContext ctx;
-  ctx.training = false;
   for (int begin = 0; begin < images.count; begin += batch) {
     const int n = std::min(batch, images.count - begin);
-    std::iota(idx.begin(), idx.begin() + n, begin);
-    be.copy_to_device(d_idx.data(), idx.data(), n * sizeof(int32_t));
-    be.gather_batch(d_pixels.data(), d_labels.data(), pixels, d_idx.data(), n, replica.input(),
-                    replica.labels());
-    ctx.n = n;
-    const float* d_logits = replica.forward_logits(ctx);
-    be.copy_to_host(logits.data(), d_logits, static_cast<std::size_t>(n) * classes * sizeof(float));
+    const float* d_logits = worker.test_logits(begin, n);
+    worker.backend().copy_to_host(logits.data(), d_logits,
+                                  static_cast<std::size_t>(n) * classes * sizeof(float));
     for (int i = 0; i < n; ++i) {
       const float* row = logits.data() + static_cast<std::size_t>(i) * classes;
       const float top = *std::max_element(row, row + classes);
@@ -58,9 +57,21 @@ std::vector<std::vector<float>> predict_probabilities(const Model& model, Backen
   return out;
 }
 
-EvaluationReport evaluate_model(const Model& model, Backend& be, const std::vector<float>& params,
-                                const std::vector<float>& state, const ImageSet& test, int batch) {
-  const auto probs = predict_probabilities(model, be, params, state, test, batch);
+}  // namespace
+
+std::vector<std::vector<float>> predict_probabilities(const Experiment& experiment,
+                                                      const Model& model,
+                                                      std::unique_ptr<Backend> backend,
+                                                      const CheckpointState& weights,
+                                                      const ImageSet& images, int batch) {
+  return probabilities(experiment, model, std::move(backend), weights, images, batch, false);
+}
+
+EvaluationReport evaluate_model(const Experiment& experiment, const Model& model,
+                                std::unique_ptr<Backend> backend, const CheckpointState& weights,
+                                const ImageSet& test, int batch) {
+  const auto probs =
+      probabilities(experiment, model, std::move(backend), weights, test, batch, true);
   const int classes = model.classes();
   EvaluationReport r;
   r.samples = test.count;

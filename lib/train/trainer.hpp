@@ -1,16 +1,15 @@
 #pragma once
-// The data-parallel engine: persistent worker threads (one per device), each owning a replica, and
-// a coordinator (the thread that calls run()) that schedules steps and watches the workers.
+// The data-parallel engine: persistent worker threads (one per device), each running one Worker
+// (train/worker.hpp: its replica and the step's hops), and a coordinator (the thread that calls
+// run()) that draws each step's global batch, hands it to every worker and watches them.
 //
-// One step:  coordinator: global batch indices for step s  ──►  every worker k:
-//   data     gather its slice [begin_k, end_k) of the global batch on its device
-//   forward  forward + loss (sync batch norm all-reduces statistics here)
-//   backward gradients of (per-sample loss sum) / global batch into the flat gradient buffer
-//   reduce   one all-reduce (sum) over [gradients | loss sum, correct, samples]
-//   update   the same optimizer step on every replica, so replicas never drift
-// A failure in any worker aborts the communicator (waking the others) and surfaces from run() as
-// one RuntimeError naming the worker, device, step and phase; a worker that stays in one phase
-// longer than train.watchdog_seconds is reported as stalled instead of hanging the run.
+// One step:  coordinator: learning rate and global batch indices for step s  ──►  every worker k:
+//   Worker::train_step: gather its slice, forward, backward, all-reduce, optimizer update.
+// A failure in any worker aborts the communicator (waking the others) and surfaces from the
+// trainer's call as the worker's own exception (same type, so a DataError still exits 2) with
+// "<device> failed at step N in phase 'P': " before its message. A worker that stays in one phase
+// longer than train.watchdog_seconds is reported as stalled (train/watchdog.hpp) instead of
+// hanging the run.
 
 #include <cstdint>
 #include <functional>
@@ -24,11 +23,9 @@
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
 #include "model/model.hpp"
+#include "train/worker.hpp"
 
 namespace mnist {
-
-enum class Phase { idle, setup, data, forward, backward, reduce, update, evaluate };
-const char* to_string(Phase p);
 
 // Figures of one logged training step (the global batch's, reduced over all replicas).
 struct StepRecord {
@@ -109,15 +106,6 @@ struct TrainerOptions {
   std::function<void(int64_t step)> on_checkpoint;
 };
 
-// Global batch layout of a run: how many samples each local worker trains on per step.
-struct BatchPlan {
-  int global_batch = 0;
-  std::vector<int> slice_begin;  // size workers + 1, for the GLOBAL replica index
-  int64_t steps = 0;
-};
-// Resolves train.batch_per_device / global_batch and steps / epochs against `replicas` replicas.
-BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size);
-
 class Trainer {
  public:
   // `first_replica`: global index of this process's first worker (MPI rank * local workers).
@@ -154,18 +142,13 @@ class Trainer {
 
  private:
   struct Shared;
-  struct Worker;
   void dispatch(int job);
   void train_step(bool want_metrics);
-  void worker_main(int k);
+  static void worker_main(std::shared_ptr<Shared> shared, int k);
 
-  const Experiment& experiment_;
-  const Model& model_;
-  const Dataset& data_;
-  Communicator& comm_;
-  BatchPlan plan_;
+  std::shared_ptr<const RunInputs> inputs_;
+  const BatchPlan& plan_;  // inputs_->plan
   int local_workers_;
-  int first_replica_;
   int64_t next_step_ = 0;
   std::unique_ptr<EpochSampler> sampler_;
   std::shared_ptr<Shared> shared_;

@@ -36,15 +36,15 @@ mnist::Backend& gpu(const std::string& engine) {
   auto& slot = gpu_slots()[engine];
   if (!slot) {
     mnist::BackendOptions options;
-    options.engine = engine;
+    options.engine = mnist::parse_engine(engine, "gpu tests");
     slot = mnist::make_cuda_backend(0, options);
   }
   return *slot;
 }
 
 std::vector<std::string> engines() {
-  std::vector<std::string> names{"native", "cublas"};
-  if (MNIST_HAVE_CUDNN) names.push_back("cudnn");
+  std::vector<std::string> names;
+  for (mnist::Engine e : mnist::cuda_engines()) names.push_back(mnist::to_string(e));
   return names;
 }
 

@@ -304,7 +304,7 @@ TEST_CASE("conv2d runs every smaller batch in the workspace sized for the larges
   for (const std::string& engine : engines()) {
     // A fresh backend: nothing cached from the other tests' calls at these sizes.
     mnist::BackendOptions options;
-    options.engine = engine;
+    options.engine = mnist::parse_engine(engine, "gpu tests");
     const std::unique_ptr<Backend> fresh = mnist::make_cuda_backend(0, options);
     Backend& g = *fresh;
     for (const ConvCase& cc : cases) {

@@ -42,7 +42,7 @@ bool is_direct(const std::string& algorithm) {
 
 std::unique_ptr<mnist::Backend> fresh_backend(const std::string& engine) {
   mnist::BackendOptions options;
-  options.engine = engine;
+  options.engine = mnist::parse_engine(engine, "gpu tests");
   return mnist::make_cuda_backend(0, options);
 }
 

@@ -67,7 +67,7 @@ TEST_CASE("the seed config expands the slim shorthand into the seed's layer sequ
   CHECK(e.train.steps == 200);
   CHECK(e.train.batch_per_device == 1024);
   CHECK(e.train.log_every == 10);
-  CHECK(e.devices.gpus_mode == "list");
+  CHECK(e.devices.gpus_mode == GpuSelection::list);
   CHECK(e.devices.gpu_list == std::vector<int>{0});
   CHECK(e.optimizer.kind == OptimizerKind::adam);
   CHECK(e.optimizer.lr == 0.001);

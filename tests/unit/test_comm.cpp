@@ -17,7 +17,7 @@ TEST_CASE("thread all-reduce sums known values exactly on every worker", "[comm]
       std::vector<std::thread> threads;
       for (int k = 0; k < workers; ++k) {
         threads.emplace_back([&, k] {
-          auto be = make_cpu_backend(BackendOptions{k, 1, "native"});
+          auto be = make_cpu_backend(BackendOptions{k, 1, Engine::native});
           // Worker k contributes k + 1 (+ a per-element offset so misplaced chunks show).
           for (std::size_t i = 0; i < count; ++i) buffers[k][i] = static_cast<float>(k + 1) + i % 5;
           for (int round = 0; round < 3; ++round) {

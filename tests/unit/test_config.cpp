@@ -543,8 +543,8 @@ TEST_CASE("the minimal config is valid and gets the documented defaults", "[conf
   CHECK(e.model.input_w == 28);
   CHECK(e.model.classes == 10);
   CHECK(e.devices.backend == BackendChoice::auto_select);
-  CHECK(e.devices.gpus_mode == "all");
-  CHECK(e.devices.engine == "native");
+  CHECK(e.devices.gpus_mode == GpuSelection::all);
+  CHECK(e.devices.engine == Engine::native);
   CHECK(e.devices.cpu_workers == 1);
   CHECK(e.train.steps == 10);
   CHECK(e.train.epochs == 0);
@@ -636,7 +636,7 @@ TEST_CASE("overrides are applied to the YAML before validation", "[config]") {
        "optimizer={type: sgd, lr: 0.1, momentum: 0.9, nesterov: true}", "name=renamed",
        "data.files.train_images=/tmp/x-images"});
   CHECK(e.train.steps == 50);
-  CHECK(e.devices.gpus_mode == "list");
+  CHECK(e.devices.gpus_mode == GpuSelection::list);
   CHECK(e.devices.gpu_list == std::vector<int>{0, 0});  // two workers on one GPU is allowed
   CHECK(e.model.layers.back().units == 50);
   CHECK(kinds(e) == std::vector<std::string>{"conv2d", "batch_norm", "flatten", "dense"});
@@ -653,7 +653,7 @@ TEST_CASE("overrides are applied to the YAML before validation", "[config]") {
   // The last override of a key wins; a later valid one repairs an earlier bad one.
   CHECK(parse_experiment(kMinimal, "m.yaml", {"train.steps=-1", "train.steps=7"}).train.steps == 7);
   Experiment auto_gpus = parse_experiment(kMinimal, "m.yaml", {"devices.gpus=auto:2"});
-  CHECK(auto_gpus.devices.gpus_mode == "auto");
+  CHECK(auto_gpus.devices.gpus_mode == GpuSelection::auto_count);
   CHECK(auto_gpus.devices.gpus_auto_count == 2);
 }
 

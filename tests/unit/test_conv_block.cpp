@@ -113,7 +113,7 @@ TEST_CASE("fused block: all-negative windows pass nothing, and NaN stays visible
 }
 
 TEST_CASE("a replica with fused conv blocks computes what the separate layers compute", "[cpu]") {
-  const std::vector<std::string> engines = cpu_engines();
+  const std::vector<Engine> engines = cpu_engines();
   if (engines.size() < 2) {
     // Only native in this build: nothing unfused to compare with (the kernel tests above still
     // compare the fused kernels with the separate ones). Said, not silently passed.
@@ -125,14 +125,14 @@ TEST_CASE("a replica with fused conv blocks computes what the separate layers co
   const int n = 8;
   std::vector<std::vector<float>> grads, logits;
   std::vector<float> metrics[2];
-  for (const std::string& engine : {std::string("native"), std::string("blas")}) {
+  for (const Engine engine : {Engine::native, Engine::blas}) {
     BackendOptions o;
     o.threads = 2;
     o.engine = engine;
     const auto be = make_cpu_backend(o);
     Replica r(model, *be, n);
     CHECK(r.layers().size() ==
-          (engine == "native" ? model.layers().size() - 6 : model.layers().size()));
+          (engine == Engine::native ? model.layers().size() - 6 : model.layers().size()));
     const auto params = model.initial_params(3);
     const auto state = model.initial_state();
     be->copy_to_device(r.params(), params.data(), params.size() * sizeof(float));

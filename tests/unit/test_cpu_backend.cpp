@@ -32,23 +32,23 @@ TEST_CASE("make_cpu_backend: name, kind, and only the CPU engines of this build"
   const auto b = cpu_backend(3);
   CHECK(b->name() == "cpu3");
   CHECK(b->kind() == DeviceKind::cpu);
-  const std::vector<std::string> engines = cpu_engines();
-  REQUIRE(engines.front() == "native");
+  const std::vector<Engine> engines = cpu_engines();
+  REQUIRE(engines.front() == Engine::native);
   CHECK(engines.size() == (MNIST_HAVE_BLAS ? 2u : 1u));
   BackendOptions o;
-  o.engine = "cudnn";
+  o.engine = Engine::cudnn;
   CHECK_THROWS_AS(make_cpu_backend(o), RuntimeError);
   CHECK_THROWS_WITH(make_cpu_backend(o),
                     Catch::Contains("'cudnn'") && Catch::Contains("allowed: native"));
-  for (const std::string& engine : engines) {
+  for (const Engine engine : engines) {
     o.engine = engine;
     CHECK(make_cpu_backend(o)->kind() == DeviceKind::cpu);
   }
   if (!MNIST_HAVE_BLAS) {
-    o.engine = "blas";
+    o.engine = Engine::blas;
     CHECK_THROWS_WITH(make_cpu_backend(o), Catch::Contains("no OpenBLAS"));
   }
-  o.engine = "native";
+  o.engine = Engine::native;
   o.threads = -1;
   CHECK_THROWS_WITH(make_cpu_backend(o), Catch::Contains("threads = -1"));
 }
@@ -81,9 +81,9 @@ TEST_CASE("every CPU engine's convolutions agree with the double oracle on the s
   seed2.c = 6, seed2.h = seed2.w = 14, seed2.k = 12, seed2.out_h = seed2.out_w = 14;
   strided = seed2;
   strided.stride_h = strided.stride_w = 2, strided.out_h = strided.out_w = 7;
-  for (const std::string& engine : cpu_engines()) {
+  for (const Engine engine : cpu_engines()) {
     for (const Conv2dGeom& g : {seed1, seed2, strided}) {
-      INFO("engine " << engine << ", c " << g.c << ", stride " << g.stride_h);
+      INFO("engine " << to_string(engine) << ", c " << g.c << ", stride " << g.stride_h);
       const std::size_t xs = std::size_t(g.n) * g.c * g.h * g.w,
                         ys = std::size_t(g.n) * g.k * g.out_h * g.out_w,
                         ws = std::size_t(g.k) * g.c * g.kh * g.kw;

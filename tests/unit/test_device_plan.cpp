@@ -21,7 +21,7 @@ std::vector<GpuInfo> gpus(std::vector<std::size_t> free_gib) {
   }
   return list;
 }
-DevicesConfig config(BackendChoice backend, const std::string& mode, std::vector<int> list = {},
+DevicesConfig config(BackendChoice backend, GpuSelection mode, std::vector<int> list = {},
                      int auto_count = 0) {
   DevicesConfig c;
   c.backend = backend;
@@ -33,11 +33,12 @@ DevicesConfig config(BackendChoice backend, const std::string& mode, std::vector
 }  // namespace
 
 TEST_CASE("auto uses every visible GPU, or the CPU with a note when there is none", "[devices]") {
-  const DevicePlan two = plan_devices(config(BackendChoice::auto_select, "all"), gpus({10, 20}));
+  const DevicePlan two =
+      plan_devices(config(BackendChoice::auto_select, GpuSelection::all), gpus({10, 20}));
   CHECK(two.kind == DeviceKind::cuda);
   CHECK(two.gpus == std::vector<int>{0, 1});
   CHECK(two.workers() == 2);
-  DevicesConfig cpu = config(BackendChoice::auto_select, "all");
+  DevicesConfig cpu = config(BackendChoice::auto_select, GpuSelection::all);
   cpu.cpu_workers = 3;
   const DevicePlan none = plan_devices(cpu, {}, "cudaGetDeviceCount: no driver");
   CHECK(none.kind == DeviceKind::cpu);
@@ -49,7 +50,7 @@ TEST_CASE("auto uses every visible GPU, or the CPU with a note when there is non
 TEST_CASE("a GPU list falling back to the CPU keeps one replica per listed GPU", "[devices]") {
   // configs/two_gpu.yaml on a machine without a GPU: two CPU replicas of batch_per_device each,
   // so the global batch stays the config's 2 x 1000, not 1000.
-  DevicesConfig two = config(BackendChoice::auto_select, "list", {0, 1});
+  DevicesConfig two = config(BackendChoice::auto_select, GpuSelection::list, {0, 1});
   two.threads = 2;
   const DevicePlan plan = plan_devices(two, {}, "no driver");
   CHECK(plan.kind == DeviceKind::cpu);
@@ -60,60 +61,67 @@ TEST_CASE("a GPU list falling back to the CPU keeps one replica per listed GPU",
   CHECK(plan.note.find("training on the CPU, 2 workers x 1 thread (one per GPU in devices.gpus") !=
         std::string::npos);
   CHECK(plan.note.find("((") == std::string::npos);
-  DevicesConfig auto3 = config(BackendChoice::auto_select, "auto", {}, 3);
+  DevicesConfig auto3 = config(BackendChoice::auto_select, GpuSelection::auto_count, {}, 3);
   CHECK(plan_devices(auto3, {}, "no driver").workers() == 3);
   // backend cpu is taken literally: cpu_workers, whatever devices.gpus says.
-  DevicesConfig cpu = config(BackendChoice::cpu, "list", {0, 1});
+  DevicesConfig cpu = config(BackendChoice::cpu, GpuSelection::list, {0, 1});
   CHECK(plan_devices(cpu, {}).workers() == 1);
   CHECK(plan_devices(cpu, {}).note.empty());
 }
 
 TEST_CASE("an explicit GPU list is checked against what is visible", "[devices]") {
-  const DevicePlan p = plan_devices(config(BackendChoice::cuda, "list", {1, 0}), gpus({1, 1}));
+  const DevicePlan p =
+      plan_devices(config(BackendChoice::cuda, GpuSelection::list, {1, 0}), gpus({1, 1}));
   CHECK(p.gpus == std::vector<int>{1, 0});
-  const DevicePlan shared = plan_devices(config(BackendChoice::cuda, "list", {0, 0}), gpus({1}));
+  const DevicePlan shared =
+      plan_devices(config(BackendChoice::cuda, GpuSelection::list, {0, 0}), gpus({1}));
   CHECK(shared.workers() == 2);  // two workers sharing one GPU
   // Sharing one GPU and spreading over several cannot be mixed (caught before any device work).
-  REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "list", {0, 0, 1}), gpus({1, 1})),
-                      Catch::Contains("devices.gpus: [0, 0, 1] mixes"));
-  ::setenv("CUDA_VISIBLE_DEVICES", "2,3", 1);
-  REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})),
-                    ConfigError);
   REQUIRE_THROWS_WITH(
-      plan_devices(config(BackendChoice::cuda, "list", {0, 2}), gpus({1, 1})),
+      plan_devices(config(BackendChoice::cuda, GpuSelection::list, {0, 0, 1}), gpus({1, 1})),
+      Catch::Contains("devices.gpus: [0, 0, 1] mixes"));
+  ::setenv("CUDA_VISIBLE_DEVICES", "2,3", 1);
+  REQUIRE_THROWS_AS(
+      plan_devices(config(BackendChoice::cuda, GpuSelection::list, {0, 2}), gpus({1, 1})),
+      ConfigError);
+  REQUIRE_THROWS_WITH(
+      plan_devices(config(BackendChoice::cuda, GpuSelection::list, {0, 2}), gpus({1, 1})),
       Catch::Contains("devices.gpus[1]") && Catch::Contains("GPU 2 is not visible") &&
           Catch::Contains("2 GPUs are visible") && Catch::Contains("CUDA_VISIBLE_DEVICES=2,3"));
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 TEST_CASE("auto:N takes the GPUs with the most free memory and refuses too few", "[devices]") {
-  const DevicePlan p =
-      plan_devices(config(BackendChoice::auto_select, "auto", {}, 2), gpus({5, 70, 3, 40}));
+  const DevicePlan p = plan_devices(
+      config(BackendChoice::auto_select, GpuSelection::auto_count, {}, 2), gpus({5, 70, 3, 40}));
   CHECK(p.gpus == std::vector<int>{1, 3});
-  REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "auto", {}, 3), gpus({5, 70})),
-                      Catch::Contains("auto:3") && Catch::Contains("2 visible"));
+  REQUIRE_THROWS_WITH(
+      plan_devices(config(BackendChoice::cuda, GpuSelection::auto_count, {}, 3), gpus({5, 70})),
+      Catch::Contains("auto:3") && Catch::Contains("2 visible"));
 }
 
 TEST_CASE("backend cuda with no GPU is an error that says why", "[devices]") {
-  REQUIRE_THROWS_AS(plan_devices(config(BackendChoice::cuda, "all"), {}, "no driver loaded"),
-                    RuntimeError);
-  REQUIRE_THROWS_WITH(plan_devices(config(BackendChoice::cuda, "all"), {}, "no driver loaded"),
-                      Catch::Contains("no driver loaded") && Catch::Contains("devices.backend"));
+  REQUIRE_THROWS_AS(
+      plan_devices(config(BackendChoice::cuda, GpuSelection::all), {}, "no driver loaded"),
+      RuntimeError);
+  REQUIRE_THROWS_WITH(
+      plan_devices(config(BackendChoice::cuda, GpuSelection::all), {}, "no driver loaded"),
+      Catch::Contains("no driver loaded") && Catch::Contains("devices.backend"));
 }
 
 TEST_CASE("CPU threads are split between workers", "[devices]") {
-  DevicesConfig c = config(BackendChoice::cpu, "all");
+  DevicesConfig c = config(BackendChoice::cpu, GpuSelection::all);
   c.cpu_workers = 2;
   c.threads = 8;
   const DevicePlan p = plan_devices(c, gpus({10}));  // backend cpu ignores visible GPUs
   CHECK(p.kind == DeviceKind::cpu);
   CHECK(p.threads_per_worker == 4);
   CHECK(p.describe() == "cpu, 2 workers x 4 threads, engine native");
-  c.engine = "cudnn";
+  c.engine = Engine::cudnn;
   REQUIRE_THROWS_WITH(plan_devices(c, {}),
                       Catch::Contains("devices.engine") && Catch::Contains("allowed: native"));
   // The CPU engines of the build are accepted (blas only where OpenBLAS was found).
-  for (const std::string& engine : cpu_engines()) {
+  for (const Engine engine : cpu_engines()) {
     c.engine = engine;
     CHECK(plan_devices(c, {}).engine == engine);
   }

@@ -1,5 +1,5 @@
-// Inference and benchmark helpers: evaluation report consistency, predictions, the benchmark
-// record.
+// Using a trained model: the evaluation report agrees with the trainer's own evaluation, and
+// predictions are probabilities.
 #include <catch2/catch.hpp>
 
 #include <numeric>
@@ -7,7 +7,6 @@
 #include "comm/thread_communicator.hpp"
 #include "model/model.hpp"
 #include "support/synthetic.hpp"
-#include "train/benchmark.hpp"
 #include "train/device_plan.hpp"
 #include "train/evaluation.hpp"
 #include "train/trainer.hpp"
@@ -25,9 +24,12 @@ TEST_CASE("evaluation report agrees with the trainer's evaluation", "[evaluation
   const TrainSummary s = trainer.run(quiet);
   const auto params = trainer.params();
   const auto state = trainer.state();
-  auto backend = make_cpu_backend(BackendOptions{});
+  CheckpointState weights;
+  weights.params = params;
+  weights.state = state;
   // A batch size that does not divide the test set exercises the tail batch.
-  const EvaluationReport r = evaluate_model(model, *backend, params, state, data.test, 33);
+  const EvaluationReport r =
+      evaluate_model(e, model, make_cpu_backend(BackendOptions{}), weights, data.test, 33);
   CHECK(r.samples == 100);
   int64_t total = 0, diagonal = 0;
   for (std::size_t t = 0; t < r.confusion.size(); ++t) {
@@ -39,7 +41,8 @@ TEST_CASE("evaluation report agrees with the trainer's evaluation", "[evaluation
   // Same network, same weights: the trainer's own evaluation gives the same figures.
   CHECK(r.accuracy == Approx(s.final_eval.accuracy).margin(1e-6));
   CHECK(r.loss == Approx(s.final_eval.loss).epsilon(1e-4));
-  const auto probs = predict_probabilities(model, *backend, params, state, data.test, 7);
+  const auto probs =
+      predict_probabilities(e, model, make_cpu_backend(BackendOptions{}), weights, data.test, 7);
   REQUIRE(probs.size() == 100);
   for (const auto& p : probs)
     CHECK(std::accumulate(p.begin(), p.end(), 0.0) == Approx(1.0).epsilon(1e-5));

@@ -116,7 +116,7 @@ TEST_CASE("the thread all-reduce with a single-process group sums like the threa
   std::vector<std::thread> threads;
   for (int k = 0; k < 2; ++k)
     threads.emplace_back([&, k] {
-      auto be = make_cpu_backend(BackendOptions{k, 1, "native"});
+      auto be = make_cpu_backend(BackendOptions{k, 1, Engine::native});
       comm.all_reduce_sum(k, *be, buffers[k].data(), buffers[k].size());
     });
   for (auto& t : threads) t.join();

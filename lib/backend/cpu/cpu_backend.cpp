@@ -43,7 +43,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const BackendOptions& options)
       : index_(options.worker_index),
         threads_(cpu::resolve_threads(options.threads)),
-        native_(options.engine == "native") {
+        native_(options.engine == Engine::native) {
     if (native_) direct_ = cpu::native::direct_conv_kernels<float>(cpu::native::chosen_isa());
   }
 
@@ -267,22 +267,27 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::vector<std::string> cpu_engines() {
-#if defined(MNIST_WITH_BLAS)
-  return {"native", "blas"};
-#else
-  return {"native"};
+std::vector<Engine> cpu_engines() {
+  std::vector<Engine> out;
+  for (Engine e : engines_of(BackendChoice::cpu)) {
+#if !defined(MNIST_WITH_BLAS)
+    if (e == Engine::blas) continue;
 #endif
+    out.push_back(e);
+  }
+  return out;
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
-  const std::vector<std::string> engines = cpu_engines();
+  const std::vector<Engine> engines = cpu_engines();
   if (std::find(engines.begin(), engines.end(), options.engine) == engines.end()) {
+    std::vector<std::string> allowed;
+    for (Engine e : engines) allowed.push_back(to_string(e));
     MNIST_THROW(RuntimeError,
                 "cpu{}: engine '{}' is not available on the CPU backend; allowed: {}{}",
-                options.worker_index, options.engine, fmt::join(engines, ", "),
-                options.engine == "blas" ? " (this build has no OpenBLAS)"
-                                         : " (cublas and cudnn are CUDA engines)");
+                options.worker_index, to_string(options.engine), fmt::join(allowed, ", "),
+                options.engine == Engine::blas ? " (this build has no OpenBLAS)"
+                                               : " (it is a CUDA engine)");
   }
   if (options.threads < 0) {
     MNIST_THROW(RuntimeError, "cpu{}: threads = {} must be >= 0 (0 = all cores)",

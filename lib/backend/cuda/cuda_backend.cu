@@ -7,6 +7,7 @@
 // a worker thread, and the current device is per thread.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -39,22 +40,23 @@ namespace {
 
 constexpr std::size_t kReduceScratchEntries = 1 << 15;  // channels x chunks of channel_reduce.cuh
 
-enum class Engine { native, cublas, cudnn };
-
-Engine parse_engine(const std::string& name, int ordinal) {
-  if (name == "native") return Engine::native;
-  if (name == "cublas") return Engine::cublas;
-  if (name == "cudnn") {
-    if (!MNIST_HAVE_CUDNN) {
-      MNIST_THROW(RuntimeError,
-                  "GPU {}: engine 'cudnn' requested, but this mnist-train was built without cuDNN "
-                  "(MNIST_CUDNN=OFF or cuDNN not found at build time); use 'native' or 'cublas'",
-                  ordinal);
-    }
-    return Engine::cudnn;
+// The engine as this build can run it: a CPU engine or cudnn without cuDNN is refused here, so a
+// backend made outside the config (a test, the benchmark's list) cannot silently run another one.
+Engine checked_engine(Engine engine, int ordinal) {
+  if (engine == Engine::cudnn && !MNIST_HAVE_CUDNN) {
+    MNIST_THROW(RuntimeError,
+                "GPU {}: engine 'cudnn' requested, but this mnist-train was built without cuDNN "
+                "(MNIST_CUDNN=OFF or cuDNN not found at build time); use 'native' or 'cublas'",
+                ordinal);
   }
-  MNIST_THROW(RuntimeError, "GPU {}: unknown engine '{}'; known: native, cublas, cudnn", ordinal,
-              name);
+  const std::vector<Engine> engines = cuda_engines();
+  if (std::find(engines.begin(), engines.end(), engine) == engines.end()) {
+    std::vector<std::string> known;
+    for (Engine e : engines_of(BackendChoice::cuda)) known.push_back(to_string(e));
+    MNIST_THROW(RuntimeError, "GPU {}: engine '{}' is not a CUDA engine; known: {}", ordinal,
+                to_string(engine), fmt::join(known, ", "));
+  }
+  return engine;
 }
 
 // Names of the visible GPUs from their properties (no context is created on them).
@@ -98,7 +100,7 @@ class CudaBackend final : public Backend {
                   ordinal, options.worker_index, count, count == 1 ? " is" : "s are",
                   visible_gpus_text(count), cuda_versions(), cuda_visible_devices_description());
     }
-    engine_ = parse_engine(options.engine, ordinal);
+    engine_ = checked_engine(options.engine, ordinal);
     // A constructor that throws runs no destructor: free what was made so far, so a failed start
     // (out of memory, a cuBLAS/cuDNN init failure) does not leak a stream and handles on the GPU.
     try {

@@ -1,0 +1,356 @@
+#include "train/worker.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "backend/optimizer_rule.hpp"
+#include "core/error.hpp"
+#include "data/augment.hpp"
+#include "data/sampler.hpp"
+
+namespace mnist {
+
+const char* to_string(Phase p) {
+  switch (p) {
+    case Phase::idle:
+      return "idle";
+    case Phase::setup:
+      return "setup";
+    case Phase::data:
+      return "data";
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::reduce:
+      return "reduce";
+    case Phase::update:
+      return "update";
+    case Phase::evaluate:
+      return "evaluate";
+  }
+  return "?";
+}
+
+BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size) {
+  BatchPlan plan;
+  plan.global_batch =
+      train.global_batch > 0 ? train.global_batch : train.batch_per_device * replicas;
+  if (plan.global_batch < replicas)
+    MNIST_THROW(ConfigError,
+                "train.global_batch: {} samples cannot be split over {} replicas: each needs at "
+                "least one",
+                plan.global_batch, replicas);
+  for (int k = 0; k <= replicas; ++k)
+    plan.slice_begin.push_back(slice_begin(plan.global_batch, replicas, k));
+  plan.steps = train.steps > 0
+                   ? train.steps
+                   : static_cast<int64_t>(std::ceil(train.epochs * train_size / plan.global_batch));
+  return plan;
+}
+
+OptimizerStep make_optimizer_step(const OptimizerConfig& opt, double lr, int64_t step) {
+  OptimizerStep s;
+  s.lr = static_cast<float>(lr);
+  s.beta1 = static_cast<float>(opt.beta1);
+  s.beta2 = static_cast<float>(opt.beta2);
+  s.epsilon = static_cast<float>(opt.epsilon);
+  // TensorFlow 1 adds epsilon to sqrt(v), before the bias corrections scale the step: the same as
+  // adding epsilon * sqrt(1 / (1 - beta2^t)) to sqrt(v_hat).
+  if (opt.epsilon_style == AdamEpsilon::tensorflow)
+    s.epsilon = static_cast<float>(
+        opt.epsilon * std::sqrt(adam_bias_correction(static_cast<float>(opt.beta2), step + 1)));
+  s.momentum = static_cast<float>(opt.momentum);
+  s.nesterov = opt.nesterov;
+  s.step = step + 1;
+  if (opt.weight_decay_mode == WeightDecayMode::l2)
+    s.l2 = static_cast<float>(opt.weight_decay);
+  else
+    s.decoupled_wd = static_cast<float>(opt.weight_decay);
+  return s;
+}
+
+void apply_optimizer_step(const OptimizerConfig& opt, const OptimizerStep& s, Replica& replica) {
+  const Model& model = replica.model();
+  Backend& be = replica.backend();
+  if (opt.kind == OptimizerKind::adam)
+    be.adam_update(model.param_count(), model.decayed_count(), s, replica.params(), replica.grads(),
+                   replica.moment1(), replica.moment2());
+  else
+    be.sgd_update(model.param_count(), model.decayed_count(), s, replica.params(), replica.grads(),
+                  replica.moment1());
+}
+
+std::shared_ptr<const RunInputs> RunInputs::make(const Experiment& experiment, const Model& model,
+                                                 std::shared_ptr<const Dataset> data,
+                                                 std::shared_ptr<Communicator> comm, int replicas) {
+  MNIST_CHECK(data != nullptr, "a run needs a dataset");
+  auto inputs = std::make_shared<RunInputs>();
+  inputs->experiment = experiment;
+  inputs->model = model;
+  inputs->plan = plan_batches(experiment.train, replicas, data->train.count);
+  inputs->data = std::move(data);
+  inputs->comm = std::move(comm);
+  inputs->replicas = replicas;
+  return inputs;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The loss kernels read labels[i] as a class index: the CPU kernel throws on one out of range, the
+// CUDA kernel cannot (it would give a NaN loss). Checked here, once per run, so both backends
+// report the same DataError before any step.
+void check_labels(const ImageSet& set, const char* split, int classes) {
+  for (std::size_t i = 0; i < set.labels.size(); ++i) {
+    if (set.labels[i] < classes) continue;
+    const std::string where =
+        set.labels_path.empty() ? fmt::format("the {} labels", split) : "'" + set.labels_path + "'";
+    MNIST_THROW(DataError,
+                "{}: label {} of {} image {} is outside the model's {} classes (labels must be "
+                "0..{}; model.classes)",
+                where, set.labels[i], split, i, classes, classes - 1);
+  }
+}
+
+DeviceBuffer<uint8_t> upload(Backend& be, const std::vector<uint8_t>& host) {
+  DeviceBuffer<uint8_t> buffer(be, host.size());
+  if (!host.empty()) be.copy_to_device(buffer.data(), host.data(), host.size());
+  return buffer;
+}
+
+}  // namespace
+
+// data.random_shift: the slice is gathered and shifted on the host (data/augment.hpp), copied to
+// these buffers and gathered in order, so every backend sees the same images.
+struct Worker::Shifted {
+  std::vector<uint8_t> host_pixels, host_labels;
+  DeviceBuffer<uint8_t> pixels, labels;
+  DeviceBuffer<int32_t> in_order;
+};
+
+Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend> backend,
+               int local_rank, int replica_index)
+    : inputs_(std::move(inputs)),
+      backend_(std::move(backend)),
+      local_rank_(local_rank),
+      replica_index_(replica_index) {
+  const RunInputs& in = *inputs_;
+  const Experiment& e = in.experiment;
+  const Dataset& data = *in.data;
+  Backend& be = *backend_;
+  MNIST_CHECK(
+      replica_index >= 0 && replica_index + 1 < static_cast<int>(in.plan.slice_begin.size()),
+      "replica {} outside the batch plan's {} slices", replica_index,
+      in.plan.slice_begin.size() - 1);
+  MNIST_CHECK(in.comm != nullptr || in.replicas == 1,
+              "{} replicas need a communicator to sum their gradients", in.replicas);
+  slice_lo_ = in.plan.slice_begin[replica_index];
+  slice_n_ = in.plan.slice_begin[replica_index + 1] - slice_lo_;
+  check_labels(data.train, "training", in.model.classes());
+  check_labels(data.test, "test", in.model.classes());
+
+  replica_ = std::make_unique<Replica>(in.model, be, std::max({slice_n_, e.train.eval_batch, 1}));
+  // The dataset lives on the device; a step only gathers its slice there.
+  train_pixels_ = upload(be, data.train.pixels);
+  train_labels_ = upload(be, data.train.labels);
+  test_pixels_ = upload(be, data.test.pixels);
+  test_labels_ = upload(be, data.test.labels);
+  indices_ = DeviceBuffer<int32_t>(be, replica_->max_batch());
+  host_indices_.resize(replica_->max_batch());
+  if (e.data.random_shift > 0 && slice_n_ > 0) {
+    shifted_ = std::make_unique<Shifted>();
+    shifted_->pixels = DeviceBuffer<uint8_t>(
+        be, static_cast<std::size_t>(slice_n_) * data.train.pixels_per_image());
+    shifted_->labels = DeviceBuffer<uint8_t>(be, slice_n_);
+    shifted_->in_order = DeviceBuffer<int32_t>(be, slice_n_);
+    for (int i = 0; i < slice_n_; ++i) host_indices_[i] = i;
+    be.copy_to_device(shifted_->in_order.data(), host_indices_.data(), sizeof(int32_t) * slice_n_);
+  }
+  const std::vector<float> init = in.model.initial_params(e.seed);
+  be.copy_to_device(replica_->params(), init.data(), init.size() * sizeof(float));
+  const std::vector<float> init_state = in.model.initial_state();
+  if (!init_state.empty())
+    be.copy_to_device(replica_->state(), init_state.data(), init_state.size() * sizeof(float));
+
+  pass_.seed = e.seed;
+  pass_.global_n = in.plan.global_batch;
+  if (e.train.batch_norm == BatchNormMode::sync && in.comm)
+    pass_.all_reduce_sum = [this](float* values, std::size_t count) {
+      inputs_->comm->all_reduce_sum(local_rank_, *backend_, values, count);
+    };
+}
+
+Worker::~Worker() = default;
+
+void Worker::gather(const int32_t* batch, int64_t step) {
+  const Dataset& data = *inputs_->data;
+  Backend& be = *backend_;
+  const int pixels = data.train.pixels_per_image();
+  pass_.step = static_cast<uint32_t>(step);
+  if (shifted_) {
+    const Experiment& e = inputs_->experiment;
+    gather_shifted(data.train, batch + slice_lo_, slice_n_, e.seed, step, slice_lo_,
+                   e.data.random_shift, shifted_->host_pixels, shifted_->host_labels);
+    be.copy_to_device(shifted_->pixels.data(), shifted_->host_pixels.data(),
+                      shifted_->host_pixels.size());
+    be.copy_to_device(shifted_->labels.data(), shifted_->host_labels.data(),
+                      shifted_->host_labels.size());
+    be.gather_batch(shifted_->pixels.data(), shifted_->labels.data(), pixels,
+                    shifted_->in_order.data(), slice_n_, replica_->input(), replica_->labels());
+  } else {
+    be.copy_to_device(indices_.data(), batch + slice_lo_, sizeof(int32_t) * slice_n_);
+    be.gather_batch(train_pixels_.data(), train_labels_.data(), pixels, indices_.data(), slice_n_,
+                    replica_->input(), replica_->labels());
+  }
+}
+
+void Worker::forward() {
+  replica_->reset_metrics();
+  pass_.n = slice_n_;
+  pass_.training = true;
+  pass_.first_sample = static_cast<uint32_t>(slice_lo_);
+  replica_->forward_train(pass_, 1.0f / inputs_->plan.global_batch);
+}
+
+void Worker::backward() {
+  replica_->backward(pass_);
+}
+
+void Worker::all_reduce() {
+  if (inputs_->comm)
+    inputs_->comm->all_reduce_sum(local_rank_, *backend_, replica_->grads(),
+                                  replica_->reduce_count());
+}
+
+void Worker::update(double lr) {
+  const OptimizerConfig& opt = inputs_->experiment.optimizer;
+  apply_optimizer_step(opt, make_optimizer_step(opt, lr, pass_.step), *replica_);
+}
+
+StepTimes Worker::train_step(const int32_t* batch, int64_t step, double lr, bool want_metrics,
+                             const PhaseCallback& on_phase) {
+  auto enter = [&](Phase p) {
+    if (on_phase) on_phase(p);
+  };
+  const auto t0 = Clock::now();
+  enter(Phase::data);
+  gather(batch, step);
+  enter(Phase::forward);
+  forward();
+  enter(Phase::backward);
+  backward();
+  const auto t1 = Clock::now();
+  enter(Phase::reduce);
+  all_reduce();
+  const auto t2 = Clock::now();
+  enter(Phase::update);
+  update(lr);
+  if (want_metrics && inputs_->experiment.train.log_after_update) {
+    // TensorFlow 1's display in the seed: after the update, a second training-mode pass over the
+    // same batch (batch statistics and dropout; the running statistics move).
+    replica_->reset_metrics();
+    replica_->forward_loss(pass_);
+    if (inputs_->comm)
+      inputs_->comm->all_reduce_sum(local_rank_, *backend_, replica_->metrics(), kMetricSlots);
+  }
+  StepTimes times;
+  times.compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  times.comm_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
+  return times;
+}
+
+void Worker::average_state() {
+  // Local batch norm leaves each replica its own running statistics; their mean is the model's,
+  // so evaluation and checkpoints do not depend on which replica is read.
+  const std::size_t n = inputs_->model.state_count();
+  const int replicas = inputs_->replicas;
+  if (n == 0 || replicas <= 1 || !inputs_->comm) return;
+  inputs_->comm->all_reduce_sum(local_rank_, *backend_, replica_->state(), n);
+  backend_->scale(n, 1.0f / replicas, replica_->state());
+}
+
+void Worker::evaluate(const PhaseCallback& on_phase) {
+  if (on_phase) on_phase(Phase::evaluate);
+  const ImageSet& test = inputs_->data->test;
+  replica_->reset_metrics();
+  const int lo = slice_begin(test.count, inputs_->replicas, replica_index_);
+  const int hi = slice_begin(test.count, inputs_->replicas, replica_index_ + 1);
+  for (int begin = lo; begin < hi; begin += replica_->max_batch()) {
+    const int n = std::min(replica_->max_batch(), hi - begin);
+    gather_test(begin, n);
+    replica_->forward_loss(pass_);
+  }
+  if (on_phase) on_phase(Phase::reduce);
+  if (inputs_->comm)
+    inputs_->comm->all_reduce_sum(local_rank_, *backend_, replica_->metrics(), kMetricSlots);
+}
+
+const float* Worker::test_logits(int begin, int n) {
+  gather_test(begin, n);
+  return replica_->forward_logits(pass_);
+}
+
+void Worker::gather_test(int begin, int n) {
+  const ImageSet& test = inputs_->data->test;
+  MNIST_CHECK(n >= 1 && n <= replica_->max_batch() && begin >= 0 && begin + n <= test.count,
+              "test images [{}, {}) outside the set of {} or beyond the batch of {}", begin,
+              begin + n, test.count, replica_->max_batch());
+  for (int i = 0; i < n; ++i) host_indices_[i] = begin + i;
+  backend_->copy_to_device(indices_.data(), host_indices_.data(), sizeof(int32_t) * n);
+  backend_->gather_batch(test_pixels_.data(), test_labels_.data(), test.pixels_per_image(),
+                         indices_.data(), n, replica_->input(), replica_->labels());
+  pass_.n = n;
+  pass_.training = false;
+  pass_.first_sample = 0;
+}
+
+void Worker::metrics(float out[kMetricSlots]) {
+  backend_->copy_to_host(out, replica_->metrics(), sizeof(float) * kMetricSlots);
+}
+
+CheckpointState Worker::snapshot() {
+  const Model& model = inputs_->model;
+  const std::size_t n = model.param_count();
+  CheckpointState s;
+  s.params.resize(n);
+  s.state.resize(model.state_count());
+  s.moment1.resize(n);
+  backend_->copy_to_host(s.params.data(), replica_->params(), n * sizeof(float));
+  if (!s.state.empty())
+    backend_->copy_to_host(s.state.data(), replica_->state(), s.state.size() * sizeof(float));
+  backend_->copy_to_host(s.moment1.data(), replica_->moment1(), n * sizeof(float));
+  if (inputs_->experiment.optimizer.kind == OptimizerKind::adam) {
+    s.moment2.resize(n);
+    backend_->copy_to_host(s.moment2.data(), replica_->moment2(), n * sizeof(float));
+  }
+  return s;
+}
+
+void Worker::restore(const CheckpointState& s) {
+  const Model& model = inputs_->model;
+  const std::size_t n = model.param_count();
+  MNIST_CHECK(s.params.size() == n && s.state.size() == model.state_count() &&
+                  (s.moment1.empty() || s.moment1.size() == n) &&
+                  (s.moment2.empty() || s.moment2.size() == n),
+              "weights do not fit the model: {} parameters, {} state values, moments {} and {} "
+              "(the model has {} parameters and {} state values)",
+              s.params.size(), s.state.size(), s.moment1.size(), s.moment2.size(), n,
+              model.state_count());
+  Backend& be = *backend_;
+  be.copy_to_device(replica_->params(), s.params.data(), n * sizeof(float));
+  if (!s.state.empty())
+    be.copy_to_device(replica_->state(), s.state.data(), s.state.size() * sizeof(float));
+  if (s.moment1.empty())
+    be.fill(replica_->moment1(), n, 0.0f);
+  else
+    be.copy_to_device(replica_->moment1(), s.moment1.data(), n * sizeof(float));
+  if (s.moment2.empty())
+    be.fill(replica_->moment2(), n, 0.0f);
+  else
+    be.copy_to_device(replica_->moment2(), s.moment2.data(), n * sizeof(float));
+}
+
+}  // namespace mnist

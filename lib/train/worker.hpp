@@ -1,0 +1,145 @@
+#pragma once
+// One replica's worker: what one device does for a run, hop by hop, on the thread that calls it.
+// The trainer runs one per device thread; `mnist-train bench` and `mnist-train eval` run one on the
+// main thread. All three go through the same set-up (backend, replica, dataset upload, weights) and
+// the same step, so the benchmark times exactly what training runs.
+//
+// One training step of worker k (Worker::train_step):
+//   gather     its slice [slice_begin[k], slice_begin[k+1]) of the global batch, on its device
+//   forward    every layer + loss (sync batch norm all-reduces statistics here)
+//   backward   gradients of (per-sample loss sum) / global batch into the flat gradient buffer
+//   all_reduce one sum over [gradients | loss sum, correct, samples] across every replica
+//   update     make_optimizer_step + apply_optimizer_step: the same update on every replica
+// Each hop is a method of its own, so a caller can time, watch or capture them one by one.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "comm/communicator.hpp"
+#include "config/experiment.hpp"
+#include "data/dataset.hpp"
+#include "model/model.hpp"
+#include "model/replica.hpp"
+#include "train/checkpoint.hpp"
+
+namespace mnist {
+
+enum class Phase { idle, setup, data, forward, backward, reduce, update, evaluate };
+const char* to_string(Phase p);
+
+// Global batch layout of a run: how many samples each replica trains on per step.
+struct BatchPlan {
+  int global_batch = 0;
+  std::vector<int> slice_begin;  // size replicas + 1, indexed by GLOBAL replica index
+  int64_t steps = 0;
+};
+// Resolves train.batch_per_device / global_batch and steps / epochs against `replicas` replicas.
+BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size);
+
+// The optimizer's one home. The update of step `step` (0-based) at learning rate `lr` for the
+// config's optimizer (Adam or SGD, its betas / momentum, epsilon style, weight decay mode).
+OptimizerStep make_optimizer_step(const OptimizerConfig& config, double lr, int64_t step);
+// Applies `s` to the replica's flat parameters from its flat gradients, updating its moments.
+void apply_optimizer_step(const OptimizerConfig& config, const OptimizerStep& s, Replica& replica);
+
+// Everything every worker of a run reads, for the whole run. Workers hold it by shared pointer, so
+// a worker the watchdog had to leave behind inside a device call still owns all it can touch when
+// (if ever) that call returns, whatever became of the trainer and its caller.
+struct RunInputs {
+  Experiment experiment;
+  Model model;
+  std::shared_ptr<const Dataset> data;
+  // Null: a single replica with nothing to sum (`bench --no-allreduce`, evaluation); every
+  // collective hop is then skipped, which for one replica changes no value.
+  std::shared_ptr<Communicator> comm;
+  BatchPlan plan;
+  int replicas = 1;  // across all processes
+
+  static std::shared_ptr<const RunInputs> make(const Experiment& experiment, const Model& model,
+                                               std::shared_ptr<const Dataset> data,
+                                               std::shared_ptr<Communicator> comm, int replicas);
+};
+
+// Called when a worker enters a hop (the trainer's watchdog and test hooks); may throw.
+using PhaseCallback = std::function<void(Phase)>;
+
+// Wall times of one step's hops on the host (device work may still be queued on a GPU).
+struct StepTimes {
+  double compute_ms = 0;  // gather + forward + backward
+  double comm_ms = 0;     // gradient all-reduce
+};
+
+class Worker {
+ public:
+  // Set-up: the replica sized for the larger of its slice and train.eval_batch, the dataset copied
+  // to the device once (its labels checked against the model's classes first: a label out of range
+  // is a DataError, whatever the backend), the initial parameters Model::initial_params(seed) and
+  // state. `local_rank`: index among this process's workers (the communicator's); `replica_index`:
+  // index among all replicas (the batch slice, the test-set shard).
+  Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend> backend, int local_rank,
+         int replica_index);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // ---- the training step, hop by hop --------------------------------------------------------
+  // `batch`: the global batch's dataset indices [plan.global_batch]; `step`: 0-based.
+  void gather(const int32_t* batch, int64_t step);
+  void forward();
+  void backward();
+  void all_reduce();  // the flat gradients and the metric slots, summed over every replica
+  void update(double lr);
+  // The whole step: the hops above in order, `on_phase` called before each. With `want_metrics`
+  // the summed metric slots are ready for metrics() afterwards (after one more training-mode pass
+  // with train.log_after_update). Without them nothing waits for the device.
+  StepTimes train_step(const int32_t* batch, int64_t step, double lr, bool want_metrics,
+                       const PhaseCallback& on_phase = nullptr);
+
+  // ---- around the steps ---------------------------------------------------------------------
+  // Local batch norm: the running statistics replaced by their mean over the replicas.
+  void average_state();
+  // Loss and accuracy sums of this replica's shard of the test set, summed over all replicas into
+  // the metric slots (read them with metrics()).
+  void evaluate(const PhaseCallback& on_phase = nullptr);
+  // Evaluation-mode logits [n, classes] of test images [begin, begin + n), n <= max_batch()
+  // (device pointer, valid until the next pass).
+  const float* test_logits(int begin, int n);
+  // The metric slots after train_step(want_metrics) or evaluate(): loss sum, correct, samples.
+  void metrics(float out[kMetricSlots]);
+
+  // Host copies of the parameters, state and optimizer moments (moment2 only for Adam); `step` and
+  // the metadata are the caller's.
+  CheckpointState snapshot();
+  // Loads `s` into the replica. Empty moments load as zeros (a model loaded for inference);
+  // otherwise every size must match the model.
+  void restore(const CheckpointState& s);
+
+  void synchronize() { backend_->synchronize(); }
+  Backend& backend() const { return *backend_; }
+  Replica& replica() { return *replica_; }
+  int slice_size() const { return slice_n_; }
+  const RunInputs& inputs() const { return *inputs_; }
+
+ private:
+  // Host-side copies for data.random_shift (see gather).
+  struct Shifted;
+  // Test images [begin, begin + n) into the replica's input, and the pass set to evaluation mode.
+  void gather_test(int begin, int n);
+
+  std::shared_ptr<const RunInputs> inputs_;
+  std::unique_ptr<Backend> backend_;
+  int local_rank_, replica_index_;
+  int slice_lo_ = 0, slice_n_ = 0;
+  std::unique_ptr<Replica> replica_;
+  DeviceBuffer<uint8_t> train_pixels_, train_labels_, test_pixels_, test_labels_;
+  DeviceBuffer<int32_t> indices_;
+  std::vector<int32_t> host_indices_;
+  std::unique_ptr<Shifted> shifted_;
+  PassContext pass_;
+};
+
+}  // namespace mnist

@@ -1,0 +1,132 @@
+// The worker type: the step the trainer runs is the one a Worker runs on its own (what the
+// benchmark times), the optimizer's one home, the label check every backend shares, and the
+// watchdog's rule.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "comm/thread_communicator.hpp"
+#include "core/error.hpp"
+#include "data/sampler.hpp"
+#include "model/model.hpp"
+#include "support/synthetic.hpp"
+#include "train/device_plan.hpp"
+#include "train/schedule.hpp"
+#include "train/trainer.hpp"
+#include "train/watchdog.hpp"
+#include "train/worker.hpp"
+
+using namespace mnist;
+
+namespace {
+Experiment small_experiment(const std::vector<std::string>& overrides) {
+  return parse_experiment(testing::small_network_yaml(), "worker-test.yaml", overrides);
+}
+}  // namespace
+
+TEST_CASE("a Worker stepping on its own trains bit for bit as the trainer's worker does",
+          "[worker][engine]") {
+  // A schedule and SGD with decoupled decay, so the learning rate and the optimizer settings the
+  // two paths hand to the update both matter.
+  const Experiment e = small_experiment(
+      {"train.steps=6", "optimizer.type=sgd", "optimizer.momentum=0.9", "optimizer.lr=0.05",
+       "optimizer.weight_decay=0.01", "optimizer.weight_decay_mode=decoupled",
+       "schedule.type=cosine", "schedule.warmup_steps=2", "data.random_shift=1"});
+  const Model model = Model::build(e.model);
+  const Dataset data = testing::synthetic_dataset(480, 100);
+  const BackendFactory backends = plan_devices(e.devices, {}).factory();
+  ThreadCommunicator comm(1);
+  Trainer trainer(e, model, data, backends, 1, comm);
+  for (int64_t s = 0; s < e.train.steps; ++s) trainer.step();
+  const std::vector<float> trained = trainer.params();
+
+  auto alone = RunInputs::make(e, model, std::make_shared<const Dataset>(data), nullptr, 1);
+  Worker worker(alone, backends(0), 0, 0);
+  EpochSampler sampler(data.train.count, e.seed);
+  std::vector<int32_t> batch(alone->plan.global_batch);
+  for (int64_t s = 0; s < e.train.steps; ++s) {
+    sampler.batch_indices(s, alone->plan.global_batch, batch.data());
+    worker.train_step(batch.data(), s,
+                      learning_rate_at(e.schedule, e.optimizer.lr, s, alone->plan.steps), false);
+  }
+  CHECK(worker.snapshot().params == trained);
+  // ...and the steps did something.
+  CHECK(trained != model.initial_params(e.seed));
+}
+
+TEST_CASE("make_optimizer_step carries the config's optimizer settings", "[worker]") {
+  OptimizerConfig adam;
+  adam.kind = OptimizerKind::adam;
+  adam.beta1 = 0.8;
+  adam.beta2 = 0.99;
+  adam.epsilon = 1e-4;
+  adam.weight_decay = 0.1;
+  adam.weight_decay_mode = WeightDecayMode::l2;
+  OptimizerStep s = make_optimizer_step(adam, 0.25, 4);
+  CHECK(s.lr == 0.25f);
+  CHECK(s.step == 5);  // 1-based for the bias correction
+  CHECK(s.beta1 == 0.8f);
+  CHECK(s.beta2 == 0.99f);
+  CHECK(s.epsilon == 1e-4f);
+  CHECK(s.l2 == 0.1f);
+  CHECK(s.decoupled_wd == 0.0f);
+  // TensorFlow's epsilon: added before the bias corrections scale the step.
+  adam.epsilon_style = AdamEpsilon::tensorflow;
+  s = make_optimizer_step(adam, 0.25, 4);
+  CHECK(s.epsilon == Approx(1e-4 * std::sqrt(1.0 / (1.0 - std::pow(0.99, 5)))).epsilon(1e-6));
+
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  sgd.momentum = 0.9;
+  sgd.nesterov = true;
+  sgd.weight_decay = 0.01;
+  sgd.weight_decay_mode = WeightDecayMode::decoupled;
+  s = make_optimizer_step(sgd, 0.1, 0);
+  CHECK(s.momentum == 0.9f);
+  CHECK(s.nesterov);
+  CHECK(s.l2 == 0.0f);
+  CHECK(s.decoupled_wd == 0.01f);
+}
+
+TEST_CASE("a label outside the model's classes is a DataError at set-up, naming it", "[worker]") {
+  const Experiment e = small_experiment({});
+  const Model model = Model::build(e.model);
+  auto data = std::make_shared<Dataset>(testing::synthetic_dataset(48, 20));
+  data->train.labels[17] = 12;
+  REQUIRE_THROWS_AS(
+      Worker(RunInputs::make(e, model, data, nullptr, 1), make_cpu_backend(BackendOptions{}), 0, 0),
+      DataError);
+  REQUIRE_THROWS_WITH(
+      Worker(RunInputs::make(e, model, data, nullptr, 1), make_cpu_backend(BackendOptions{}), 0, 0),
+      Catch::Contains("label 12 of training image 17") && Catch::Contains("10 classes"));
+  data->train.labels[17] = 3;
+  data->test.labels[5] = 10;
+  data->test.labels_path = "t10k-labels-idx1-ubyte";
+  REQUIRE_THROWS_WITH(
+      Worker(RunInputs::make(e, model, data, nullptr, 1), make_cpu_backend(BackendOptions{}), 0, 0),
+      Catch::Contains("'t10k-labels-idx1-ubyte': label 10 of test image 5"));
+}
+
+TEST_CASE("the watchdog names the worker longest in one phase, once past the limit",
+          "[worker][watchdog]") {
+  std::vector<WorkerStatus> workers(3);
+  const std::vector<std::string> names = {"cpu0", "cpu1", "cpu2"};
+  const int64_t s = 1'000'000'000;  // ns
+  workers[0].phase = static_cast<int>(Phase::reduce);
+  workers[0].since_ns = 8 * s;
+  workers[0].step = 6;
+  workers[1].phase = static_cast<int>(Phase::forward);
+  workers[1].since_ns = 5 * s;
+  workers[1].step = 6;
+  // worker 2 idle
+  CHECK(find_stall(workers, names, 10.0, 14 * s) == "");  // 9 s in forward: within the limit
+  const std::string stall = find_stall(workers, names, 10.0, 16 * s);
+  CHECK_THAT(stall, Catch::StartsWith("cpu1 stalled: step 7 has been in phase 'forward' for "
+                                      "11.0 s (train.watchdog_seconds = 10)"));
+  CHECK_THAT(stall, Catch::Contains("cpu0 in 'reduce' for 8.0 s, cpu2 in 'idle'"));
+  workers[1].leave();
+  workers[0].leave();
+  CHECK(find_stall(workers, names, 10.0, 100 * s) == "");
+}
