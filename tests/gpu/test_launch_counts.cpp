@@ -16,6 +16,7 @@
 #include "model/model.hpp"
 #include "model/replica.hpp"
 #include "support/synthetic.hpp"
+#include "train/benchmark.hpp"
 
 using namespace gpu_test;
 using mnist::Backend;
@@ -150,4 +151,26 @@ TEST_CASE("the eager native step of the seed network: its kernels and host waits
                              kSeedEagerStepDeviceCopies + (log_step ? 2 : 1), log_step ? 2 : 1));
     }
   }
+}
+
+TEST_CASE("bench reports the kernels, copies and host waits of a step, counted", "[gpu][counts]") {
+  using namespace mnist;
+  const Experiment e = parse_experiment(testing::seed_network_yaml(), "seed-network.yaml", {});
+  const Model model = Model::build(e.model);
+  BenchmarkOptions o;
+  o.batch = 4;
+  o.steps = 2;
+  o.warmup = 1;
+  const BenchmarkResult r =
+      run_benchmark(e, model, make_cuda_backend(0, BackendOptions{}), nullptr, o);
+  // Worker::train_step, which bench times: the eager step above, its indices from pageable memory.
+  CHECK(r.kernels_per_step == kSeedEagerStepKernels);
+  CHECK(r.library_calls_per_step == 0);
+  CHECK(r.copies_per_step == kSeedEagerStepDeviceCopies + 1);
+  CHECK(r.host_syncs_per_step == 1);
+  const std::string text = format_benchmark(r);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("per step (counted): kernels 52 (cuBLAS/cuDNN calls 0), "
+                                   "copies 4, host syncs 1"));
+  CHECK_THAT(benchmark_json(r), Catch::Contains("\"kernels_per_step\":52,"));
 }
