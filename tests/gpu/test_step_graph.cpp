@@ -16,11 +16,14 @@
 #include "backend/optimizer_rule.hpp"
 #include "config/experiment.hpp"
 #include "core/error.hpp"
+#include "data/sampler.hpp"
 #include "gpu/gpu_support.hpp"
 #include "model/layers.hpp"
 #include "model/model.hpp"
 #include "model/replica.hpp"
 #include "support/synthetic.hpp"
+#include "train/schedule.hpp"
+#include "train/worker.hpp"
 
 using namespace gpu_test;
 using mnist::Backend;
@@ -361,4 +364,53 @@ TEST_CASE("a capture that makes the host wait fails, naming the call", "[gpu][gr
   CHECK(host[0] == 1.0f);
   CHECK_FALSE(cpu().supports_capture());
   CHECK_THROWS_AS(cpu().begin_capture(), mnist::RuntimeError);
+}
+
+TEST_CASE("a worker's graph step matches its eager step bit for bit and waits only to log",
+          "[gpu][graph]") {
+  using namespace mnist;
+  auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 20));
+  // Warm-up then cosine: the learning rate changes every step (the host sets the scalars), and a
+  // restore in the middle breaks the step sequence (set again).
+  const std::vector<std::string> common{"schedule.type=cosine", "schedule.warmup_steps=3",
+                                        "train.steps=12", "train.global_batch=24"};
+  auto make_worker = [&](bool graph) {
+    std::vector<std::string> overrides = common;
+    overrides.push_back(graph ? "train.cuda_graph=true" : "train.cuda_graph=false");
+    const Experiment e = parse_experiment(testing::small_network_yaml(), "graph.yaml", overrides);
+    const Model model = Model::build(e.model);
+    return std::make_unique<Worker>(RunInputs::make(e, model, data, nullptr, 1),
+                                    make_cuda_backend(0, BackendOptions{}), 0, 0);
+  };
+  std::unique_ptr<Worker> eager = make_worker(false), graph = make_worker(true);
+  const Experiment& e = graph->inputs().experiment;
+  EpochSampler sampler(data->train.count, e.seed);
+  std::vector<int32_t> batch(24);
+  CheckpointState middle;
+  for (int64_t step = 0; step < 8; ++step) {
+    CAPTURE(step);
+    if (step == 6) {  // back to the state after step 3, on both
+      eager->restore(middle);
+      graph->restore(middle);
+    }
+    const int64_t s = step >= 6 ? step - 2 : step;
+    sampler.batch_indices(s, 24, batch.data());
+    const double lr = learning_rate_at(e.schedule, e.optimizer.lr, s, 12);
+    const LaunchCounts before = graph->backend().counts();
+    eager->train_step(batch.data(), s, lr, false);
+    graph->train_step(batch.data(), s, lr, false);
+    const LaunchCounts c = graph->backend().counts() - before;
+    CHECK(c.graph_launches == 1);
+    CHECK(c.host_syncs == 0);
+    const CheckpointState a = eager->snapshot(), b = graph->snapshot();
+    CHECK(same_bits(a.params, b.params));
+    CHECK(same_bits(a.state, b.state));
+    CHECK(same_bits(a.moment1, b.moment1));
+    CHECK(same_bits(a.moment2, b.moment2));
+    float ma[kMetricSlots], mb[kMetricSlots];
+    eager->metrics(ma);
+    graph->metrics(mb);
+    CHECK(std::memcmp(ma, mb, sizeof ma) == 0);
+    if (step == 3) middle = b;
+  }
 }
