@@ -1,8 +1,8 @@
 // Backend methods with a default: conv2d_forward_stats, dense_softmax_cross_entropy and
-// adam_update_partials compose the
-// calls they stand for (the CPU backend's fused ops, the oracle of the CUDA kernels); the fused
-// block's, which only some engines implement (see backend.hpp), refuse, naming the backend, so a
-// model that asked for a fused block where fuses_conv_block() said no fails loudly.
+// adam_update_partials compose the calls they stand for (the CPU backend's fused ops, the oracle of
+// the CUDA kernels); the fused block's, which only some engines implement (see backend.hpp),
+// refuse, naming the backend, so a model that asked for a fused block where fuses_conv_block() said
+// no fails loudly; so do the capture calls on a backend that cannot capture.
 #include "backend/backend.hpp"
 
 #include "build_info.hpp"
@@ -24,7 +24,21 @@ namespace {
   MNIST_THROW(RuntimeError, "{}: {} is not implemented by this engine (fuses_conv_block is false)",
               b.name(), op);
 }
+[[noreturn]] void no_capture(const Backend& b, const char* op) {
+  MNIST_THROW(RuntimeError, "{}: {} needs a backend that captures (supports_capture is false)",
+              b.name(), op);
+}
 }  // namespace
+
+void Backend::begin_capture() {
+  no_capture(*this, "begin_capture");
+}
+std::unique_ptr<Backend::Captured> Backend::end_capture() {
+  no_capture(*this, "end_capture");
+}
+void Backend::replay(const Captured&) {
+  no_capture(*this, "replay");
+}
 
 void Backend::conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
                                    const float* bias, float* y, float* sum, float* sumsq,

@@ -33,6 +33,26 @@ struct Conv2dAlgorithms {
   std::string forward = "native", backward_data = "native", backward_weights = "native";
 };
 
+// What a backend has asked of its device since it was made, counted where the host issues each
+// call, never estimated (CudaBackend; see counts()). Differences of two readings give a step's.
+struct LaunchCounts {
+  // Kernel launches: every kernel the backend launches, each cuBLAS/cuDNN call counted as one
+  // (the library may launch more: for those engines a lower bound), and on a graph replay every
+  // kernel the graph holds.
+  uint64_t kernels = 0;
+  uint64_t library_calls = 0;  // of `kernels`, the cuBLAS/cuDNN (and NCCL) calls
+  uint64_t copies = 0;         // memcpy and memset calls (and a replayed graph's)
+  // Times the host waited for the device: stream or device synchronise, an event synchronise, a
+  // device-to-host copy (it returns when done), a host-to-device copy from pageable memory (the
+  // runtime may wait for a staging buffer).
+  uint64_t host_syncs = 0;
+  uint64_t graph_launches = 0;
+};
+inline LaunchCounts operator-(const LaunchCounts& a, const LaunchCounts& b) {
+  return LaunchCounts{a.kernels - b.kernels, a.library_calls - b.library_calls, a.copies - b.copies,
+                      a.host_syncs - b.host_syncs, a.graph_launches - b.graph_launches};
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -44,6 +64,10 @@ class Backend {
   // CUDA, nullptr for the CPU backend), so communicators can order their collectives with the
   // backend's kernels without CUDA types in this header. Valid for the backend's lifetime.
   virtual void* stream_handle() const { return nullptr; }
+  // Launches, copies and host waits so far on this backend's stream (communicators' kernels on it
+  // included). The CPU backend reports zeros: it runs every op on the calling thread, so it has
+  // no launches to count and never waits for a device.
+  virtual LaunchCounts counts() const { return {}; }
 
   // ---- memory (bytes) -------------------------------------------------------------------------
   virtual void* allocate(std::size_t bytes) = 0;  // throws RuntimeError naming size and free memory
@@ -55,6 +79,13 @@ class Backend {
   virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void fill(float* dst, std::size_t n, float value) = 0;
   virtual void synchronize() = 0;  // waits until all queued work is done; rethrows device errors
+  // Host memory the device can copy to and from without the host waiting (page-locked on CUDA),
+  // for what a step captured once and replayed reads or writes on the host.
+  virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void release_host(void* ptr) noexcept = 0;
+  // backend -> host memory from allocate_host, queued: the host may read dst only after
+  // synchronize() (a log step's). Capturable; copy_to_host is not.
+  virtual void copy_to_host_async(void* dst, const void* src, std::size_t bytes) = 0;
 
   // ---- data -----------------------------------------------------------------------------------
   // x[i, :] = images[indices[i], :] / 255 and y[i] = labels[indices[i]] for i < n. Assigns x, y.
@@ -62,6 +93,13 @@ class Backend {
   // device).
   virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                             const int32_t* indices, int n, float* x, int32_t* y) = 0;
+
+  // gather_batch of step s's indices, ring[(s % ring_steps) * n, ... + n), where s is step->step
+  // when the kernel runs: the batches of ring_steps steps are uploaded at once (a log step's) and
+  // a step captured once and replayed takes its own. ring: int32[ring_steps * n] (on device).
+  virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
+                            const int32_t* ring, int ring_steps, const StepScalars* step, int n,
+                            float* x, int32_t* y) = 0;
 
   // ---- convolution (Conv2dGeom; weights [k, c, kh, kw], bias [k] or nullptr) -------------------
   // Scratch each conv call may use, in floats; the caller passes a buffer at least this large.
@@ -177,6 +215,43 @@ class Backend {
                            float* params, const float* grads, float* m, float* v) = 0;
   virtual void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
                           const float* grads, float* velocity) = 0;
+
+  // ---- per-step values in backend memory, for a step captured once and replayed ----------------
+  // The same ops as above, with the step number (dropout), learning rate, decay factor, bias
+  // corrections and epsilon (optimizer) read from a StepScalars in this backend's memory when the
+  // kernel runs, instead of taken by value. OptimizerStep still gives the constants (betas,
+  // momentum, l2, decoupled_wd, nesterov); its lr, epsilon and step are ignored.
+  // Assigns *s = values (a kernel argument on CUDA: no host memory, no host wait).
+  virtual void step_scalars_set(StepScalars* s, const StepScalars& values) = 0;
+  // *s = step_scalars_next(*s, ...) (optimizer_rule.hpp), computed where *s lives.
+  virtual void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
+                                    bool tensorflow_epsilon) = 0;
+  virtual void dropout_forward(int n, int per_sample, float rate, RngKey key,
+                               const StepScalars* step, uint32_t first_sample, const float* x,
+                               float* y) = 0;
+  virtual void dropout_backward(int n, int per_sample, float rate, RngKey key,
+                                const StepScalars* step, uint32_t first_sample, const float* dy,
+                                float* dx) = 0;
+  virtual void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                           const StepScalars* step, float* params, const float* grads, float* m,
+                           float* v) = 0;
+
+  // ---- a step captured once and replayed (CUDA graphs) -----------------------------------------
+  // Backends that return true from supports_capture() (CUDA) record the calls made between
+  // begin_capture() and end_capture() instead of running them; replay() runs them again, in order,
+  // with the arguments they had at the capture (so per-step values come from StepScalars). Only
+  // device work can be captured: a call that makes the host wait (copy_to_host, synchronize,
+  // all_finite, a copy from pageable memory) or allocates fails the capture, and end_capture()
+  // throws naming it. counts(): the calls made while capturing are not counted (nothing ran);
+  // each replay counts one graph launch and the kernels and copies captured. Others throw.
+  class Captured {
+   public:
+    virtual ~Captured() = default;
+  };
+  virtual bool supports_capture() const { return false; }
+  virtual void begin_capture();
+  virtual std::unique_ptr<Captured> end_capture();
+  virtual void replay(const Captured& calls);
 
   // ---- helpers for reductions and checks ------------------------------------------------------
   virtual void scale(std::size_t n, float alpha, float* x) = 0;   // x *= alpha

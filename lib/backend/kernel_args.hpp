@@ -46,6 +46,20 @@ struct OptimizerStep {
   int64_t step = 1;           // 1-based, for Adam's bias correction
 };
 
+// The per-step values of a training step that is captured once and replayed (Backend::
+// begin_capture), kept in the backend's memory instead of being passed by value, which a replay
+// would freeze at the capture's values. Set from the host (Backend::step_scalars_set: a kernel
+// argument, so no host wait) and advanced on the device after each step
+// (Backend::step_scalars_advance) with the host's own rules (optimizer_rule.hpp).
+struct StepScalars {
+  int64_t step = 0;      // 0-based global step: dropout's key; the optimizer's t is step + 1
+  float lr = 0.0f;       // learning rate of this step
+  float shrink = 1.0f;   // decoupled weight decay's factor 1 - lr * wd (DecayRule)
+  float c1 = 1.0f;       // Adam's 1 / (1 - beta1^t)
+  float c2 = 1.0f;       // Adam's 1 / (1 - beta2^t)
+  float epsilon = 0.0f;  // Adam's epsilon for t (the TensorFlow style scales it with t)
+};
+
 // Indices of the metric accumulators every loss kernel adds into (a float[3] on the device).
 enum MetricSlot : int { kLossSum = 0, kCorrect = 1, kSamples = 2, kMetricSlots = 3 };
 

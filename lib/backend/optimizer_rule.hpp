@@ -27,9 +27,16 @@ inline DecayRule<T> decay_rule(const OptimizerStep& s) {
   return DecayRule<T>{static_cast<T>(s.l2),
                       T(1) - static_cast<T>(s.lr) * static_cast<T>(s.decoupled_wd)};
 }
-// 1 / (1 - beta^step), in double so that early steps keep their precision.
-inline double adam_bias_correction(float beta, int64_t step) {
-  return 1.0 / (1.0 - std::pow(static_cast<double>(beta), static_cast<double>(step)));
+// 1 / (1 - beta^step), in double so that early steps keep their precision. beta^step by squaring:
+// only IEEE multiplications, so the host and a GPU (which advances a captured step's values,
+// step_scalars_next) get the same bits, which a library pow does not promise.
+MNIST_HD double adam_bias_correction(float beta, int64_t step) {
+  double power = 1.0, base = static_cast<double>(beta);
+  for (int64_t e = step; e > 0; e /= 2) {
+    if (e % 2) power *= base;
+    base *= base;
+  }
+  return 1.0 / (1.0 - power);
 }
 
 template <class T>
@@ -39,6 +46,27 @@ MNIST_HD T optimizer_sqrt(T x) {
 #else
   return std::sqrt(x);
 #endif
+}
+
+// Adam's epsilon for step t (1-based): as given, or in TensorFlow 1's style, added to sqrt(v)
+// before the bias corrections scale the step, which is epsilon * sqrt(1 / (1 - beta2^t)) added to
+// sqrt(v_hat).
+MNIST_HD float adam_epsilon(double epsilon, bool tensorflow_style, float beta2, int64_t t) {
+  return tensorflow_style
+             ? static_cast<float>(epsilon * optimizer_sqrt(adam_bias_correction(beta2, t)))
+             : static_cast<float>(epsilon);
+}
+
+// The values of the step after `s` (StepScalars): the step number moves on, the bias corrections
+// and epsilon follow it; the learning rate and the decay factor stay (the host sets them anew
+// when its schedule changes them). The same function on the host and on the device.
+MNIST_HD StepScalars step_scalars_next(StepScalars s, float beta1, float beta2, double epsilon,
+                                       bool tensorflow_epsilon) {
+  s.step += 1;
+  s.c1 = static_cast<float>(adam_bias_correction(beta1, s.step + 1));
+  s.c2 = static_cast<float>(adam_bias_correction(beta2, s.step + 1));
+  s.epsilon = adam_epsilon(epsilon, tensorflow_epsilon, beta2, s.step + 1);
+  return s;
 }
 
 // Updates params[i], m[i], v[i] in place.

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/stream_counts.cuh"
 #include "comm/nccl_communicator.hpp"
 
 namespace mnist {
@@ -202,8 +203,9 @@ void NcclCommunicator::all_reduce_sum(int local_rank, Backend& backend, float* d
     MNIST_CUDA_CHECK(cudaSetDevice(gpu));
     // In place, on the backend's stream: the kernels that wrote `data` precede it, and the
     // optimizer the caller queues next follows it.
-    const ncclResult_t r = ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm,
-                                         static_cast<cudaStream_t>(backend.stream_handle()));
+    const auto stream = static_cast<cudaStream_t>(backend.stream_handle());
+    cuda::count_library_call(stream);
+    const ncclResult_t r = ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm, stream);
     if (r != ncclSuccess && r != ncclInProgress) ranks_->failed = true;
     MNIST_NCCL_CHECK(r, comm, gpu, rank, world_size_);
   }

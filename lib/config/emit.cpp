@@ -125,6 +125,7 @@ std::string to_yaml(const Experiment& e) {
   y << YAML::Key << "scale_lr_with_devices" << YAML::Value << boolean(t.scale_lr_with_devices);
   y << YAML::Key << "watchdog_seconds" << YAML::Value << num(t.watchdog_seconds);
   y << YAML::Key << "log_after_update" << YAML::Value << boolean(t.log_after_update);
+  y << YAML::Key << "cuda_graph" << YAML::Value << boolean(t.cuda_graph);
   y << YAML::EndMap;
 
   const OptimizerConfig& o = e.optimizer;

@@ -103,6 +103,10 @@ struct TrainConfig {
   // training-mode pass over the step's batch after its update, which (batch norm updating in
   // place, as there) also moves the running statistics. Off: the step's own forward pass.
   bool log_after_update = false;
+  // CUDA: capture the training step once as a CUDA graph and replay it (train/worker.hpp says
+  // when a step can be captured; others run eagerly). The same numbers as eager launching, so it
+  // is not part of the math config; false launches every kernel eagerly (debugging, profiling).
+  bool cuda_graph = true;
 };
 
 struct OptimizerConfig {

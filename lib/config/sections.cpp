@@ -152,7 +152,7 @@ TrainConfig parse_train(const Reporter& r, const Section& top) {
   Section s =
       top.section("train", {"steps", "epochs", "batch_per_device", "global_batch", "log_every",
                             "eval_every", "eval_batch", "batch_norm", "scale_lr_with_devices",
-                            "watchdog_seconds", "log_after_update"});
+                            "watchdog_seconds", "log_after_update", "cuda_graph"});
   s.exactly_one("steps", "epochs");
   s.exactly_one("batch_per_device", "global_batch");
   s.integer("steps", t.steps, 1);
@@ -166,6 +166,7 @@ TrainConfig parse_train(const Reporter& r, const Section& top) {
   s.boolean("scale_lr_with_devices", t.scale_lr_with_devices);
   s.number("watchdog_seconds", t.watchdog_seconds, above(0));
   s.boolean("log_after_update", t.log_after_update);
+  s.boolean("cuda_graph", t.cuda_graph);
   return t;
 }
 

@@ -173,8 +173,12 @@ class DropoutLayer final : public Layer {
       be().copy_on_device(y, x, sizeof(float) * ctx.n * per_sample);
       return;
     }
-    be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.first_sample,
-                         x, y);
+    if (ctx.step_scalars)
+      be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step_scalars,
+                           ctx.first_sample, x, y);
+    else
+      be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.first_sample,
+                           x, y);
   }
   void do_backward(const PassContext& ctx, const float*, const float*, const float* dy,
                    float* dx) override {
@@ -184,8 +188,12 @@ class DropoutLayer final : public Layer {
       be().copy_on_device(dx, dy, sizeof(float) * ctx.n * per_sample);
       return;
     }
-    be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.first_sample,
-                          dy, dx);
+    if (ctx.step_scalars)
+      be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step_scalars,
+                            ctx.first_sample, dy, dx);
+    else
+      be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step,
+                            ctx.first_sample, dy, dx);
   }
 };
 

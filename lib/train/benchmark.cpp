@@ -75,7 +75,9 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
   for (int i = 0; i < o.warmup; ++i) one_step(i);
   worker.synchronize();
   const auto start = Clock::now();
+  const LaunchCounts counted_from = be.counts();
   for (int i = 0; i < o.steps; ++i) one_step(o.warmup + i);
+  const LaunchCounts counted = be.counts() - counted_from;  // the steps' own, not the wait below
   worker.synchronize();
   const double total_ms = ms_between(start, Clock::now());
 
@@ -122,6 +124,10 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
   r.steps = o.steps;
   r.step_ms = total_ms / o.steps;
   r.samples_per_second = o.batch * o.steps / (total_ms / 1000.0);
+  r.kernels_per_step = static_cast<double>(counted.kernels) / o.steps;
+  r.library_calls_per_step = static_cast<double>(counted.library_calls) / o.steps;
+  r.copies_per_step = static_cast<double>(counted.copies) / o.steps;
+  r.host_syncs_per_step = static_cast<double>(counted.host_syncs) / o.steps;
   // One row per layer as the replica runs them (a fused block is one row, timed at its first plan).
   for (const auto& layer : replica.layers()) {
     const int i = layer->plan().index;
@@ -214,12 +220,24 @@ double benchmark_gflops(const BenchmarkResult& r) {
   return r.samples_per_second * 3.0 * r.flops_per_sample / 1e9;
 }
 
+namespace {
+// The CPU backend launches nothing and counts nothing: no line of zeros for it.
+bool be_counts(const BenchmarkResult& r) {
+  return r.kernels_per_step > 0 || r.copies_per_step > 0 || r.host_syncs_per_step > 0;
+}
+}  // namespace
+
 std::string format_benchmark(const BenchmarkResult& r) {
   std::string out = fmt::format(
       "{}: batch {}, {} timed steps: {:.2f} ms/step, {:.0f} samples/s ({:.1f} GFLOP/s of forward+"
       "backward at 3x forward FLOPs), replica memory {:.1f} MiB\n",
       r.device, r.batch, r.steps, r.step_ms, r.samples_per_second, benchmark_gflops(r),
       r.device_bytes / 1048576.0);
+  if (be_counts(r))
+    out += fmt::format(
+        "  per step (counted): kernels {:g} (cuBLAS/cuDNN calls {:g}), copies {:g}, host syncs "
+        "{:g}\n",
+        r.kernels_per_step, r.library_calls_per_step, r.copies_per_step, r.host_syncs_per_step);
   double total = r.loss_ms + r.update_ms + r.allreduce_ms;
   for (std::size_t i = 0; i < r.layers.size(); ++i) total += r.forward_ms[i] + r.backward_ms[i];
   std::size_t width = 14;  // fused blocks have long names
@@ -255,11 +273,14 @@ std::string benchmark_json(const BenchmarkResult& r) {
     algorithms += (i ? "," : "") + json::quote(r.conv_algorithms[i]);
   return fmt::format(
       "{{\"device\":{},\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_second\":{:.6g},"
-      "\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"optimizer\":{},\"allreduce_ms\":{:.6g},"
+      "\"kernels_per_step\":{:.6g},\"library_calls_per_step\":{:.6g},\"copies_per_step\":{:.6g},"
+      "\"host_syncs_per_step\":{:.6g},\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"optimizer\":{},"
+      "\"allreduce_ms\":{:.6g},"
       "\"communicator\":{},\"device_bytes\":{},\"layers\":[{}],\"conv_algorithms\":[{}]}}",
-      json::quote(r.device), r.batch, r.steps, r.step_ms, r.samples_per_second, r.loss_ms,
-      r.update_ms, json::quote(r.optimizer), r.allreduce_ms, json::quote(r.communicator),
-      r.device_bytes, layers, algorithms);
+      json::quote(r.device), r.batch, r.steps, r.step_ms, r.samples_per_second, r.kernels_per_step,
+      r.library_calls_per_step, r.copies_per_step, r.host_syncs_per_step, r.loss_ms, r.update_ms,
+      json::quote(r.optimizer), r.allreduce_ms, json::quote(r.communicator), r.device_bytes, layers,
+      algorithms);
 }
 
 }  // namespace mnist

@@ -26,6 +26,10 @@ struct BenchmarkResult {
   int steps = 0;
   double step_ms = 0;  // mean wall time of a whole training step, unprofiled
   double samples_per_second = 0;
+  // Per timed step, counted by the backend (Backend::counts; the CPU backend counts nothing):
+  // kernels launched (of which cuBLAS/cuDNN calls), copies and memsets, host waits.
+  double kernels_per_step = 0, library_calls_per_step = 0, copies_per_step = 0,
+         host_syncs_per_step = 0;
   std::vector<std::string> layers;              // "0:conv2d"
   std::vector<double> forward_ms, backward_ms;  // per step, from a separate profiled pass
   double loss_ms = 0, update_ms = 0;            // softmax cross-entropy, optimizer (profiled)

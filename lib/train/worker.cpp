@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "backend/optimizer_rule.hpp"
 #include "core/error.hpp"
@@ -184,7 +185,110 @@ Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend>
     };
 }
 
+// The captured step: the graphs, the step scalars they read, the page-locked ring the indices
+// travel through, and what the host last told the device (to know when the scalars follow).
+struct Worker::Graphs {
+  static constexpr int kRingSlots = 64;
+  Backend& be;
+  DeviceBuffer<StepScalars> scalars;
+  int32_t* ring = nullptr;  // kRingSlots x slice, page-locked host memory
+  std::unique_ptr<Backend::Captured> step, update;
+  int64_t next_step = -1;  // the step the device's scalars hold; -1: not set
+  double lr = 0;           // the learning rate they hold
+  int64_t waited_at = 0;   // a step at which every queued copy from the ring had completed
+  Graphs(Backend& backend, int slice) : be(backend), scalars(backend, 1) {
+    ring = static_cast<int32_t*>(
+        be.allocate_host(sizeof(int32_t) * kRingSlots * static_cast<std::size_t>(slice)));
+  }
+  ~Graphs() { be.release_host(ring); }
+  Graphs(const Graphs&) = delete;
+  Graphs& operator=(const Graphs&) = delete;
+};
+
 Worker::~Worker() = default;
+
+bool Worker::can_capture() const {
+  const Experiment& e = inputs_->experiment;
+  return e.train.cuda_graph && backend_->supports_capture() && !shifted_ && slice_n_ > 0 &&
+         !pass_.all_reduce_sum && !e.train.log_after_update &&
+         e.optimizer.kind == OptimizerKind::adam;
+}
+
+StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
+                             const std::function<void(Phase)>& enter) {
+  const auto t0 = Clock::now();
+  enter(Phase::data);
+  Backend& be = *backend_;
+  const OptimizerConfig& opt = inputs_->experiment.optimizer;
+  const bool tensorflow_epsilon = opt.epsilon_style == AdamEpsilon::tensorflow;
+  if (!graphs_) {
+    graphs_ = std::make_unique<Graphs>(be, slice_n_);
+    // Capture: the same hops as the eager step, reading the step scalars.
+    pass_.step_scalars = graphs_->scalars.data();
+    const int pixels = inputs_->data->train.pixels_per_image();
+    auto capture_update = [&] {
+      const OptimizerStep constants = make_optimizer_step(opt, 0.0, 0);
+      be.adam_update(inputs_->model.param_count(), inputs_->model.decayed_count(), constants,
+                     graphs_->scalars.data(), replica_->params(), replica_->grads(),
+                     replica_->moment1(), replica_->moment2());
+      be.step_scalars_advance(graphs_->scalars.data(), constants.beta1, constants.beta2,
+                              opt.epsilon, tensorflow_epsilon);
+    };
+    be.begin_capture();
+    be.gather_batch(train_pixels_.data(), train_labels_.data(), pixels, indices_.data(), slice_n_,
+                    replica_->input(), replica_->labels());
+    forward();
+    backward();
+    if (!inputs_->comm) capture_update();
+    graphs_->step = be.end_capture();
+    if (inputs_->comm) {
+      be.begin_capture();
+      capture_update();
+      graphs_->update = be.end_capture();
+    }
+    pass_.step_scalars = nullptr;  // the graphs hold it; eager passes take the step by value
+  }
+  Graphs& g = *graphs_;
+  // The scalars follow on the device from step to step at a constant learning rate; otherwise the
+  // host sets them with its own rules (a kernel argument: nothing waits).
+  if (g.next_step != step || g.lr != lr) {
+    const OptimizerStep s = make_optimizer_step(opt, lr, step);
+    StepScalars values;
+    values.step = step;
+    values.lr = s.lr;
+    values.shrink = decay_rule<float>(s).shrink;
+    values.c1 = static_cast<float>(adam_bias_correction(s.beta1, s.step));
+    values.c2 = static_cast<float>(adam_bias_correction(s.beta2, s.step));
+    values.epsilon = s.epsilon;
+    be.step_scalars_set(g.scalars.data(), values);
+    g.lr = lr;
+  }
+  g.next_step = step + 1;
+  // The slice's indices through the page-locked ring: a slot is written again kRingSlots steps
+  // later, by when its queued copy must have run; the device is waited for only if no log step
+  // (whose metrics read waits) came in between.
+  if (step - g.waited_at >= Graphs::kRingSlots) {
+    be.synchronize();
+    g.waited_at = step;
+  }
+  int32_t* slot = g.ring + (step % Graphs::kRingSlots) * slice_n_;
+  std::memcpy(slot, batch + slice_lo_, sizeof(int32_t) * slice_n_);
+  be.copy_to_device(indices_.data(), slot, sizeof(int32_t) * slice_n_);
+  pass_.step = static_cast<uint32_t>(step);
+  enter(Phase::forward);
+  enter(Phase::backward);
+  be.replay(*g.step);
+  const auto t1 = Clock::now();
+  enter(Phase::reduce);
+  all_reduce();
+  const auto t2 = Clock::now();
+  enter(Phase::update);
+  if (inputs_->comm) be.replay(*g.update);
+  StepTimes times;
+  times.compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  times.comm_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
+  return times;
+}
 
 void Worker::gather(const int32_t* batch, int64_t step) {
   const Dataset& data = *inputs_->data;
@@ -237,6 +341,12 @@ StepTimes Worker::train_step(const int32_t* batch, int64_t step, double lr, bool
     if (on_phase) on_phase(p);
   };
   const auto t0 = Clock::now();
+  if (can_capture()) {
+    // The hops run inside the captured graphs; each phase is entered before the launch that
+    // holds it, so hooks and the watchdog see the same sequence as eagerly.
+    const StepTimes times = graph_step(batch, step, lr, enter);
+    return times;
+  }
   enter(Phase::data);
   gather(batch, step);
   enter(Phase::forward);
@@ -310,6 +420,7 @@ void Worker::gather_test(int begin, int n) {
 
 void Worker::metrics(float out[kMetricSlots]) {
   backend_->copy_to_host(out, replica_->metrics(), sizeof(float) * kMetricSlots);
+  if (graphs_) graphs_->waited_at = graphs_->next_step;  // the copy waited for every step queued
 }
 
 CheckpointState Worker::snapshot() {

@@ -11,6 +11,17 @@
 //   all_reduce one sum over [gradients | loss sum, correct, samples] across every replica
 //   update     make_optimizer_step + apply_optimizer_step: the same update on every replica
 // Each hop is a method of its own, so a caller can time, watch or capture them one by one.
+//
+// train.cuda_graph on a backend that captures (CUDA): the step's device work is captured once and
+// replayed. The per-step values (dropout's step, Adam's bias corrections, epsilon, learning rate)
+// live in a StepScalars on the device, advanced there by the last kernel of each replay; the host
+// sets them only when they do not follow (the first step, after a restore, a learning rate the
+// schedule changed). The slice's indices go to the device through a ring of page-locked host
+// slots, a queued copy each step that makes nothing wait. Without a communicator (one replica) the
+// step is one graph; with one, the all-reduce runs between the graph of gather, forward and
+// backward and the graph of the update. Eager instead: data.random_shift (host-side augmentation),
+// sync batch norm over several replicas (collectives inside the forward pass), log_after_update,
+// SGD (its update takes its values by value), and every backend that cannot capture.
 
 #include <cstdint>
 #include <functional>
@@ -127,6 +138,11 @@ class Worker {
  private:
   // Host-side copies for data.random_shift (see gather).
   struct Shifted;
+  // The captured step (train.cuda_graph), when this worker's step can be captured.
+  struct Graphs;
+  bool can_capture() const;
+  StepTimes graph_step(const int32_t* batch, int64_t step, double lr,
+                       const std::function<void(Phase)>& enter);
   // Test images [begin, begin + n) into the replica's input, and the pass set to evaluation mode.
   void gather_test(int begin, int n);
 
@@ -139,6 +155,7 @@ class Worker {
   DeviceBuffer<int32_t> indices_;
   std::vector<int32_t> host_indices_;
   std::unique_ptr<Shifted> shifted_;
+  std::unique_ptr<Graphs> graphs_;
   PassContext pass_;
 };
 

@@ -28,6 +28,7 @@
 #include "backend/cpu/parallel.hpp"
 #include "backend/cpu/relu.hpp"
 #include "backend/cpu/softmax_cross_entropy.hpp"
+#include "backend/optimizer_rule.hpp"
 #include "core/error.hpp"
 
 namespace mnist {
@@ -79,6 +80,11 @@ class CpuBackend final : public Backend {
   void fill(float* dst, std::size_t n, float value) override { cpu::fill(n, value, dst, threads_); }
   // Every kernel has finished when it returns.
   void synchronize() override {}
+  void* allocate_host(std::size_t bytes) override { return allocate(bytes); }
+  void release_host(void* ptr) noexcept override { release(ptr); }
+  void copy_to_host_async(void* dst, const void* src, std::size_t bytes) override {
+    copy_to_host(dst, src, bytes);
+  }
 
   void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                     const int32_t* indices, int n, float* x, int32_t* y) override {
@@ -214,6 +220,34 @@ class CpuBackend final : public Backend {
   void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
                   const float* grads, float* velocity) override {
     cpu::sgd_update(n, n_decay, s, params, grads, velocity, threads_);
+  }
+
+  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels, const int32_t* ring,
+                    int ring_steps, const StepScalars* step, int n, float* x, int32_t* y) override {
+    MNIST_CHECK(ring_steps >= 1, "{}: gather_batch from a ring of {} steps", name(), ring_steps);
+    const int64_t slot = step->step % ring_steps;
+    gather_batch(images, labels, pixels, ring + slot * n, n, x, y);
+  }
+  // Per-step values: this backend's memory is the host's, so they are read and written in place.
+  void step_scalars_set(StepScalars* s, const StepScalars& values) override { *s = values; }
+  void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
+                            bool tensorflow_epsilon) override {
+    *s = step_scalars_next(*s, beta1, beta2, epsilon, tensorflow_epsilon);
+  }
+  void dropout_forward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                       uint32_t first_sample, const float* x, float* y) override {
+    dropout_forward(n, per_sample, rate, key, static_cast<uint32_t>(step->step), first_sample, x,
+                    y);
+  }
+  void dropout_backward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                        uint32_t first_sample, const float* dy, float* dx) override {
+    dropout_backward(n, per_sample, rate, key, static_cast<uint32_t>(step->step), first_sample, dy,
+                     dx);
+  }
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                   const StepScalars* step, float* params, const float* grads, float* m,
+                   float* v) override {
+    cpu::adam_update(n, n_decay, constants, *step, params, grads, m, v, threads_);
   }
 
   void scale(std::size_t n, float alpha, float* x) override { cpu::scale(n, alpha, x, threads_); }

@@ -9,6 +9,17 @@
 
 namespace mnist::cpu {
 
+namespace {
+template <class T>
+void adam_apply(std::size_t n, std::size_t n_decay, DecayRule<T> d, T lr, T b1, T b2, T eps, T c1,
+                T c2, T* params, const T* grads, T* m, T* v, int threads) {
+#pragma omp parallel for simd num_threads(resolve_threads(threads)) \
+    schedule(static) if (n >= kParallelMinElements)
+  for (std::size_t i = 0; i < n; ++i)
+    adam_element(i < n_decay, d, lr, b1, b2, eps, c1, c2, params[i], grads[i], m[i], v[i]);
+}
+}  // namespace
+
 template <class T>
 void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, T* params,
                  const T* grads, T* m, T* v, int threads) {
@@ -17,12 +28,16 @@ void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, T* 
   MNIST_CHECK(n_decay <= n, "n_decay {} exceeds the {} parameters", n_decay, n);
   const T c1 = static_cast<T>(adam_bias_correction(s.beta1, s.step));
   const T c2 = static_cast<T>(adam_bias_correction(s.beta2, s.step));
-  const T b1 = s.beta1, b2 = s.beta2, eps = s.epsilon, lr = s.lr;
-  const DecayRule<T> d = decay_rule<T>(s);
-#pragma omp parallel for simd num_threads(resolve_threads(threads)) \
-    schedule(static) if (n >= kParallelMinElements)
-  for (std::size_t i = 0; i < n; ++i)
-    adam_element(i < n_decay, d, lr, b1, b2, eps, c1, c2, params[i], grads[i], m[i], v[i]);
+  adam_apply<T>(n, n_decay, decay_rule<T>(s), s.lr, s.beta1, s.beta2, s.epsilon, c1, c2, params,
+                grads, m, v, threads);
+}
+
+void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                 const StepScalars& s, float* params, const float* grads, float* m, float* v,
+                 int threads) {
+  MNIST_CHECK(n_decay <= n, "n_decay {} exceeds the {} parameters", n_decay, n);
+  adam_apply<float>(n, n_decay, DecayRule<float>{constants.l2, s.shrink}, s.lr, constants.beta1,
+                    constants.beta2, s.epsilon, s.c1, s.c2, params, grads, m, v, threads);
 }
 
 template <class T>

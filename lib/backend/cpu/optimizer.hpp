@@ -23,6 +23,12 @@ template <class T>
 void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, T* params,
                  const T* grads, T* m, T* v, int threads);
 
+// Adam with the per-step values taken from `s` (Backend::adam_update with StepScalars): lr,
+// epsilon, the bias corrections and the decoupled decay factor; betas and l2 from `constants`.
+void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                 const StepScalars& s, float* params, const float* grads, float* m, float* v,
+                 int threads);
+
 template <class T>
 void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, T* params,
                 const T* grads, T* velocity, int threads);

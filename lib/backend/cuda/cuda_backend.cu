@@ -28,6 +28,7 @@
 #include "backend/cuda/optimizer.hpp"
 #include "backend/cuda/relu.hpp"
 #include "backend/cuda/softmax_cross_entropy.hpp"
+#include "backend/cuda/stream_counts.cuh"
 #include "backend/cuda_devices.hpp"
 #include "build_info.hpp"
 #include "core/error.hpp"
@@ -72,6 +73,19 @@ std::string visible_gpus_text(int count) {
   return text;
 }
 
+// What end_capture returns: the captured graph, ready to launch, and what a replay issues.
+struct CudaGraph final : Backend::Captured {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  LaunchCounts per_replay;
+  int device = -1;
+  ~CudaGraph() override {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int ordinal, const BackendOptions& options) : ordinal_(ordinal) {
@@ -110,6 +124,7 @@ class CudaBackend final : public Backend {
     MNIST_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal_));
     name_ = fmt::format("gpu{} ({}, {})", ordinal_, prop.name, bus);
     MNIST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    counted_ = cuda::StreamCountsRegistration(stream_, &counts_);
     if (engine_ != Engine::native) {
       MNIST_CUBLAS_CHECK(cublasCreate(&cublas_));
       MNIST_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -128,7 +143,13 @@ class CudaBackend final : public Backend {
   void release_all() noexcept {
     // Never throws: errors here are ignored (the device may already be in a bad state).
     cudaSetDevice(ordinal_);
+    if (capturing_) {  // a capture abandoned by an exception: end it, dropping its graph
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+    }
     if (stream_) cudaStreamSynchronize(stream_);
+    counted_ = cuda::StreamCountsRegistration();  // before the stream's handle can be reused
 #if MNIST_HAVE_CUDNN
     cudnn_.reset();
 #endif
@@ -149,6 +170,15 @@ class CudaBackend final : public Backend {
   }
   void* stream_handle() const override {
     return static_cast<void*>(stream_);
+  }
+  LaunchCounts counts() const override {
+    LaunchCounts c;
+    c.kernels = counts_.kernels.load();
+    c.library_calls = counts_.library_calls.load();
+    c.copies = counts_.copies.load();
+    c.host_syncs = counts_.host_syncs.load();
+    c.graph_launches = counts_.graph_launches.load();
+    return c;
   }
 
   // ---- memory ---------------------------------------------------------------------------------
@@ -177,16 +207,21 @@ class CudaBackend final : public Backend {
   }
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
     activate();
-    // From pageable memory the runtime stages the source before returning, so `src` may be reused.
+    // From pageable memory the runtime stages the source before returning, so `src` may be reused;
+    // staging may wait for the device, so such a copy counts as a host synchronisation.
+    cuda::count_copy(stream_);
+    if (!pinned(src)) cuda::count_host_sync(stream_);
     MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
     activate();
+    cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_stream();
   }
   void copy_on_device(void* dst, const void* src, std::size_t bytes) override {
     activate();
+    cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
   void fill(float* dst, std::size_t n, float value) override {
@@ -195,7 +230,24 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override {
     activate();
-    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_stream();
+  }
+  void* allocate_host(std::size_t bytes) override {
+    activate();
+    void* ptr = nullptr;
+    MNIST_CUDA_CHECK(cudaMallocHost(&ptr, std::max<std::size_t>(bytes, 1)));
+    return ptr;
+  }
+  void release_host(void* ptr) noexcept override {
+    if (!ptr) return;
+    cudaSetDevice(ordinal_);
+    cudaFreeHost(ptr);
+    cudaGetLastError();
+  }
+  void copy_to_host_async(void* dst, const void* src, std::size_t bytes) override {
+    activate();
+    cuda::count_copy(stream_);
+    MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   }
 
   // ---- data -----------------------------------------------------------------------------------
@@ -203,6 +255,13 @@ class CudaBackend final : public Backend {
                     const int32_t* indices, int n, float* x, int32_t* y) override {
     activate();
     cuda::gather_batch(stream_, images, labels, pixels, indices, n, x, y);
+  }
+
+  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels, const int32_t* ring,
+                    int ring_steps, const StepScalars* step, int n, float* x, int32_t* y) override {
+    activate();
+    MNIST_CHECK(ring_steps >= 1, "{}: gather_batch from a ring of {} steps", name_, ring_steps);
+    cuda::gather_batch(stream_, images, labels, pixels, ring, ring_steps, step, n, x, y);
   }
 
   // ---- convolution ----------------------------------------------------------------------------
@@ -342,6 +401,7 @@ class CudaBackend final : public Backend {
     const float one = 1.0f;
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, weight, in,
                                    x, in, &beta, y, out));
+    cuda::count_library_call(stream_);
     MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_forward)");
   }
   void dense_backward_data(int n, int in, int out, const float* dy, const float* weight,
@@ -353,6 +413,7 @@ class CudaBackend final : public Backend {
     const float one = 1.0f, zero = 0.0f;
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, weight, in,
                                    dy, out, &zero, dx, in));
+    cuda::count_library_call(stream_);
     MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_data)");
   }
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
@@ -365,6 +426,7 @@ class CudaBackend final : public Backend {
     // k = n = 0 with beta = 0 gives zeros, as the contract (an empty sum) wants.
     MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
                                    out, &zero, dweight, in));
+    cuda::count_library_call(stream_);
     MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_weights)");
     if (dbias) cuda::dense_backward_bias(stream_, n, out, dy, dbias, scratch_);
   }
@@ -373,12 +435,12 @@ class CudaBackend final : public Backend {
   void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
                        uint32_t first_sample, const float* x, float* y) override {
     activate();
-    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, first_sample, x, y);
+    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, nullptr, first_sample, x, y);
   }
   void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
                         uint32_t first_sample, const float* dy, float* dx) override {
     activate();
-    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, first_sample, dy, dx);
+    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, nullptr, first_sample, dy, dx);
   }
 
   // ---- loss -----------------------------------------------------------------------------------
@@ -403,6 +465,80 @@ class CudaBackend final : public Backend {
     cuda::sgd_update(stream_, n, n_decay, s, params, grads, velocity);
   }
 
+  // ---- per-step values in device memory -------------------------------------------------------
+  void step_scalars_set(StepScalars* s, const StepScalars& values) override {
+    activate();
+    cuda::step_scalars_set(stream_, s, values);
+  }
+  void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
+                            bool tensorflow_epsilon) override {
+    activate();
+    cuda::step_scalars_advance(stream_, s, beta1, beta2, epsilon, tensorflow_epsilon);
+  }
+  void dropout_forward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                       uint32_t first_sample, const float* x, float* y) override {
+    activate();
+    cuda::dropout_forward(stream_, n, per_sample, rate, key, 0, step, first_sample, x, y);
+  }
+  void dropout_backward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                        uint32_t first_sample, const float* dy, float* dx) override {
+    activate();
+    cuda::dropout_backward(stream_, n, per_sample, rate, key, 0, step, first_sample, dy, dx);
+  }
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                   const StepScalars* step, float* params, const float* grads, float* m,
+                   float* v) override {
+    activate();
+    MNIST_CHECK(n_decay <= n, "{}: adam_update with n_decay {} > n {}", name_, n_decay, n);
+    cuda::adam_update(stream_, n, n_decay, constants, step, params, grads, m, v);
+  }
+
+  // ---- capture and replay (CUDA graphs) -------------------------------------------------------
+  // Thread-local capture: another worker's thread may allocate or wait for its own stream while
+  // this one captures; only this thread's unsafe calls invalidate the capture.
+  bool supports_capture() const override {
+    return true;
+  }
+  void begin_capture() override {
+    activate();
+    MNIST_CHECK(!capturing_, "{}: begin_capture while a capture is in progress", name_);
+    MNIST_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    before_capture_ = counts();
+  }
+  std::unique_ptr<Captured> end_capture() override {
+    activate();
+    MNIST_CHECK(capturing_, "{}: end_capture without begin_capture", name_);
+    capturing_ = false;
+    // Nothing ran while capturing: what was counted is what each replay will issue.
+    const LaunchCounts captured = counts() - before_capture_;
+    restore_counts(before_capture_);
+    auto graph = std::make_unique<CudaGraph>();
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph->graph);
+    if (ended != cudaSuccess) {
+      const std::string why = cudaGetErrorString(ended);
+      cudaGetLastError();
+      MNIST_THROW(RuntimeError,
+                  "{}: the captured calls cannot be replayed: {} ({}); a captured step may not "
+                  "make the host wait (copy_to_host, synchronize, all_finite, a copy from "
+                  "pageable memory) nor allocate",
+                  name_, cudaGetErrorName(ended), why);
+    }
+    MNIST_CUDA_CHECK(cudaGraphInstantiate(&graph->exec, graph->graph, 0));
+    graph->per_replay = captured;
+    graph->per_replay.graph_launches = 1;
+    graph->device = ordinal_;
+    return graph;
+  }
+  void replay(const Captured& calls) override {
+    activate();
+    const auto* graph = dynamic_cast<const CudaGraph*>(&calls);
+    MNIST_CHECK(graph && graph->device == ordinal_, "{}: replay of calls captured elsewhere",
+                name_);
+    add_counts(graph->per_replay);
+    MNIST_CUDA_CHECK(cudaGraphLaunch(graph->exec, stream_));
+  }
+
   // ---- helpers --------------------------------------------------------------------------------
   void scale(std::size_t n, float alpha, float* x) override {
     activate();
@@ -415,12 +551,14 @@ class CudaBackend final : public Backend {
   bool all_finite(std::size_t n, const float* x) override {
     activate();
     *flag_host_ = 1;
+    cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(
         cudaMemcpyAsync(flag_device_, flag_host_, sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::all_finite(stream_, n, x, flag_device_);
+    cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(
         cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wait_for_stream();
     return *flag_host_ != 0;
   }
 
@@ -457,6 +595,34 @@ class CudaBackend final : public Backend {
   void activate() {
     MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
   }
+  void restore_counts(const LaunchCounts& c) {
+    counts_.kernels = c.kernels;
+    counts_.library_calls = c.library_calls;
+    counts_.copies = c.copies;
+    counts_.host_syncs = c.host_syncs;
+    counts_.graph_launches = c.graph_launches;
+  }
+  void add_counts(const LaunchCounts& c) {
+    counts_.kernels += c.kernels;
+    counts_.library_calls += c.library_calls;
+    counts_.copies += c.copies;
+    counts_.host_syncs += c.host_syncs;
+    counts_.graph_launches += c.graph_launches;
+  }
+  // Every host wait of this backend goes through here, so counts() sees it.
+  void wait_for_stream() {
+    cuda::count_host_sync(stream_);
+    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // Page-locked (cudaMallocHost) or device memory: a copy from it needs no staging.
+  static bool pinned(const void* ptr) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+      cudaGetLastError();  // older runtimes fail on pageable pointers: that answers the question
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeDevice;
+  }
 
 #if MNIST_HAVE_CUDNN
   bool use_cudnn(const Conv2dGeom& g) {
@@ -472,6 +638,10 @@ class CudaBackend final : public Backend {
 #if MNIST_HAVE_CUDNN
   std::unique_ptr<cuda::CudnnConv2d> cudnn_;
 #endif
+  cuda::StreamCounts counts_;
+  cuda::StreamCountsRegistration counted_;
+  bool capturing_ = false;
+  LaunchCounts before_capture_;
   cuda::ReduceScratch scratch_;
   int* flag_device_ = nullptr;
   int* flag_host_ = nullptr;  // pinned, so the flag's copy back is a true async copy

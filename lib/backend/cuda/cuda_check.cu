@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "backend/cuda/stream_counts.cuh"
+
 namespace mnist::cuda::detail {
 namespace {
 
@@ -35,6 +37,7 @@ void check_launch(cudaStream_t stream, const char* what, const char* file, int l
   const cudaError_t launch = cudaGetLastError();
   if (launch != cudaSuccess) throw_cuda_error(launch, what, file, line);
 #if defined(MNIST_CUDA_DEBUG_SYNC) && MNIST_CUDA_DEBUG_SYNC
+  count_host_sync(stream);
   const cudaError_t run = cudaStreamSynchronize(stream);
   if (run != cudaSuccess) throw_cuda_error(run, what, file, line);
 #else

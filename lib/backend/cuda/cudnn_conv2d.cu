@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/stream_counts.cuh"
 
 namespace mnist::cuda {
 
@@ -276,7 +277,11 @@ void CudnnConv2d::forward(const Conv2dGeom& g, const float* x, const float* weig
   // beta = 0: cuDNN does not read y, so a poisoned (NaN) output is fully overwritten.
   MNIST_CUDNN_CHECK(cudnnConvolutionForward(handle_, &one, p.x, x, p.w, weight, p.conv, p.fwd_algo,
                                             workspace, p.workspace_bytes, &zero, p.y, y));
-  if (bias) MNIST_CUDNN_CHECK(cudnnAddTensor(handle_, &one, p.bias, bias, &one, p.y, y));
+  count_library_call(stream_);
+  if (bias) {
+    MNIST_CUDNN_CHECK(cudnnAddTensor(handle_, &one, p.bias, bias, &one, p.y, y));
+    count_library_call(stream_);
+  }
   MNIST_CUDA_LAUNCH_CHECK(stream_, "cudnnConvolutionForward");
 }
 
@@ -287,6 +292,7 @@ void CudnnConv2d::backward_data(const Conv2dGeom& g, const float* dy, const floa
   MNIST_CUDNN_CHECK(cudnnConvolutionBackwardData(handle_, &one, p.w, weight, p.y, dy, p.conv,
                                                  p.data_algo, workspace, p.workspace_bytes, &zero,
                                                  p.x, dx));
+  count_library_call(stream_);
   MNIST_CUDA_LAUNCH_CHECK(stream_, "cudnnConvolutionBackwardData");
 }
 
@@ -297,8 +303,10 @@ void CudnnConv2d::backward_weights(const Conv2dGeom& g, const float* x, const fl
   MNIST_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle_, &one, p.x, x, p.y, dy, p.conv,
                                                    p.filter_algo, workspace, p.workspace_bytes,
                                                    &zero, p.w, dweight));
+  count_library_call(stream_);
   if (dbias) {
     MNIST_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle_, &one, p.y, dy, &zero, p.bias, dbias));
+    count_library_call(stream_);
   }
   MNIST_CUDA_LAUNCH_CHECK(stream_, "cudnnConvolutionBackwardFilter");
 }

@@ -1,12 +1,14 @@
 // Dropout: one grid-stride loop over n * per_sample elements; each element draws its own Philox
 // block from (step, global sample, element), so the mask is independent of the launch shape, of the
 // device and of how the batch was split between workers. Forward and backward regenerate the same
-// mask instead of storing it.
+// mask instead of storing it. The step comes by value, or from a StepScalars in device memory
+// (a step captured once and replayed): then every thread reads it there.
 #include "backend/cuda/dropout.hpp"
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/dropout_mask.hpp"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 namespace {
@@ -25,14 +27,16 @@ __device__ __forceinline__ void apply_mask(int n, int per_sample, float rate, fl
 }
 
 __global__ void dropout_forward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
-                                       uint32_t step, uint32_t first_sample, const float* x,
-                                       float* y) {
+                                       uint32_t step, const StepScalars* step_from,
+                                       uint32_t first_sample, const float* x, float* y) {
+  if (step_from) step = static_cast<uint32_t>(step_from->step);
   apply_mask(n, per_sample, rate, scale, key, step, first_sample, x, y);
 }
 
 __global__ void dropout_backward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
-                                        uint32_t step, uint32_t first_sample, const float* dy,
-                                        float* dx) {
+                                        uint32_t step, const StepScalars* step_from,
+                                        uint32_t first_sample, const float* dy, float* dx) {
+  if (step_from) step = static_cast<uint32_t>(step_from->step);
   apply_mask(n, per_sample, rate, scale, key, step, first_sample, dy, dx);
 }
 
@@ -44,18 +48,20 @@ float keep_scale(float rate) {
 }  // namespace
 
 void dropout_forward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
-                     uint32_t step, uint32_t first_sample, const float* x, float* y) {
+                     uint32_t step, const StepScalars* step_from, uint32_t first_sample,
+                     const float* x, float* y) {
   const std::size_t total = static_cast<std::size_t>(n) * per_sample;
   MNIST_LAUNCH(dropout_forward_kernel, grid_for(total), kThreads, 0, stream)
-  (n, per_sample, rate, keep_scale(rate), key, step, first_sample, x, y);
+  (n, per_sample, rate, keep_scale(rate), key, step, step_from, first_sample, x, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dropout_forward_kernel");
 }
 
 void dropout_backward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
-                      uint32_t step, uint32_t first_sample, const float* dy, float* dx) {
+                      uint32_t step, const StepScalars* step_from, uint32_t first_sample,
+                      const float* dy, float* dx) {
   const std::size_t total = static_cast<std::size_t>(n) * per_sample;
   MNIST_LAUNCH(dropout_backward_kernel, grid_for(total), kThreads, 0, stream)
-  (n, per_sample, rate, keep_scale(rate), key, step, first_sample, dy, dx);
+  (n, per_sample, rate, keep_scale(rate), key, step, step_from, first_sample, dy, dx);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dropout_backward_kernel");
 }
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backend/kernel_args.hpp"
+
 namespace mnist::cuda {
 
 // Assigns x[i, p] = images[indices[i], p] / 255 (float) and y[i] = labels[indices[i]] for i < n.
@@ -12,5 +14,9 @@ namespace mnist::cuda {
 // guarantees 0 <= indices[i] < num_images (the sampler produces them).
 void gather_batch(cudaStream_t stream, const uint8_t* images, const uint8_t* labels, int pixels,
                   const int32_t* indices, int n, float* x, int32_t* y);
+// The same with indices = ring + (step->step % ring_steps) * n, read on the device.
+void gather_batch(cudaStream_t stream, const uint8_t* images, const uint8_t* labels, int pixels,
+                  const int32_t* ring, int ring_steps, const StepScalars* step, int n, float* x,
+                  int32_t* y);
 
 }  // namespace mnist::cuda

@@ -8,20 +8,25 @@
 // (MNIST_CUDA_EMULATION, see emulation/README.md) the same source compiles as plain C++ and the
 // launch runs on the CPU, every CUDA thread a fiber; the kernel's name and the launch's file and
 // line go with it, so an error the emulator detects names the launch that caused it.
+// Either way the launch is counted on its stream first (stream_counts.cuh), so a backend reports
+// how many kernels a step launched.
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 
+#include "backend/cuda/stream_counts.cuh"
+
 #if defined(MNIST_CUDA_EMULATION)
-#define MNIST_LAUNCH(kernel, grid, block, shared_bytes, stream)                                  \
-  ::mnist::cuda::emulation::make_launch(                                                         \
-      [](const auto&... mnist_launch_args) { kernel(mnist_launch_args...); }, #kernel, __FILE__, \
-      __LINE__, (grid), (block), (shared_bytes), (stream))
+#define MNIST_LAUNCH(kernel, grid, block, shared_bytes, stream)                            \
+  ::mnist::cuda::count_kernel(stream),                                                     \
+      ::mnist::cuda::emulation::make_launch(                                               \
+          [](const auto&... mnist_launch_args) { kernel(mnist_launch_args...); }, #kernel, \
+          __FILE__, __LINE__, (grid), (block), (shared_bytes), (stream))
 #else
 #define MNIST_LAUNCH(kernel, grid, block, shared_bytes, stream) \
-  kernel<<<(grid), (block), (shared_bytes), (stream)>>>
+  ::mnist::cuda::count_kernel(stream), kernel<<<(grid), (block), (shared_bytes), (stream)>>>
 #endif
 
 namespace mnist::cuda {

@@ -1,7 +1,9 @@
 // Optimizers: one grid-stride loop over the flat buffer, one parameter per thread per iteration;
 // every element reads its gradient and state once and writes them once (the whole Adam step fused).
 // The per-element arithmetic is backend/optimizer_rule.hpp, shared with the CPU twin; the bias
-// corrections 1/(1 - beta^t) are computed once per step on the host in double.
+// corrections 1/(1 - beta^t) are computed once per step in double: on the host, or, for a step
+// captured once and replayed, by one thread advancing the StepScalars on the device with the same
+// function (step_scalars_advance_kernel), which the Adam kernel then reads.
 #include "backend/cuda/optimizer.hpp"
 
 #include <cmath>
@@ -13,10 +15,18 @@
 namespace mnist::cuda {
 namespace {
 
+// The per-step values come by value, or, when `from` is not null, from the StepScalars there.
 __global__ void adam_update_kernel(std::size_t n, std::size_t n_decay, float lr, float beta1,
                                    float beta2, float epsilon, DecayRule<float> decay, float c1,
-                                   float c2, float* params, const float* grads, float* m,
-                                   float* v) {
+                                   float c2, const StepScalars* from, float* params,
+                                   const float* grads, float* m, float* v) {
+  if (from) {
+    lr = from->lr;
+    epsilon = from->epsilon;
+    c1 = from->c1;
+    c2 = from->c2;
+    decay.shrink = from->shrink;
+  }
   for (const std::size_t i : grid_stride(n)) {
     float p = params[i], mi = m[i], vi = v[i];
     adam_element(i < n_decay, decay, lr, beta1, beta2, epsilon, c1, c2, p, grads[i], mi, vi);
@@ -37,6 +47,15 @@ __global__ void sgd_update_kernel(std::size_t n, std::size_t n_decay, float lr, 
   }
 }
 
+__global__ void step_scalars_set_kernel(StepScalars values, StepScalars* s) {
+  *s = values;
+}
+
+__global__ void step_scalars_advance_kernel(float beta1, float beta2, double epsilon,
+                                            bool tensorflow_epsilon, StepScalars* s) {
+  *s = step_scalars_next(*s, beta1, beta2, epsilon, tensorflow_epsilon);
+}
+
 }  // namespace
 
 void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
@@ -44,8 +63,30 @@ void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const 
   MNIST_LAUNCH(adam_update_kernel, grid_for(n), kThreads, 0, stream)
   (n, n_decay, s.lr, s.beta1, s.beta2, s.epsilon, decay_rule<float>(s),
    static_cast<float>(adam_bias_correction(s.beta1, s.step)),
-   static_cast<float>(adam_bias_correction(s.beta2, s.step)), params, grads, m, v);
+   static_cast<float>(adam_bias_correction(s.beta2, s.step)), nullptr, params, grads, m, v);
   MNIST_CUDA_LAUNCH_CHECK(stream, "adam_update_kernel");
+}
+
+void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay,
+                 const OptimizerStep& constants, const StepScalars* step, float* params,
+                 const float* grads, float* m, float* v) {
+  MNIST_LAUNCH(adam_update_kernel, grid_for(n), kThreads, 0, stream)
+  (n, n_decay, 0.0f, constants.beta1, constants.beta2, 0.0f, DecayRule<float>{constants.l2, 1.0f},
+   1.0f, 1.0f, step, params, grads, m, v);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "adam_update_kernel");
+}
+
+// One thread: the values are a few scalars.
+void step_scalars_set(cudaStream_t stream, StepScalars* s, const StepScalars& values) {
+  MNIST_LAUNCH(step_scalars_set_kernel, 1, 1, 0, stream)(values, s);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "step_scalars_set_kernel");
+}
+
+void step_scalars_advance(cudaStream_t stream, StepScalars* s, float beta1, float beta2,
+                          double epsilon, bool tensorflow_epsilon) {
+  MNIST_LAUNCH(step_scalars_advance_kernel, 1, 1, 0, stream)
+  (beta1, beta2, epsilon, tensorflow_epsilon, s);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "step_scalars_advance_kernel");
 }
 
 void sgd_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,

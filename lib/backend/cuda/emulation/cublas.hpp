@@ -95,19 +95,30 @@ inline cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t op_a,
     return d::gemm_failure("C (" + std::to_string(m) + " x " + std::to_string(n) + ", ldc " +
                            std::to_string(ldc) + ") is not inside one device allocation");
   if (d::sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
-  for (int j = 0; j < n; ++j) {
-    for (int i = 0; i < m; ++i) {
-      float sum = 0.0f;
-      for (int p = 0; p < k; ++p) {
-        const float x = ta ? a[static_cast<std::size_t>(i) * lda + p]
-                           : a[static_cast<std::size_t>(p) * lda + i];
-        const float y = tb ? b[static_cast<std::size_t>(p) * ldb + j]
-                           : b[static_cast<std::size_t>(j) * ldb + p];
-        sum = fmaf(x, y, sum);
+  // alpha and beta are host pointers (the default pointer mode): read at the call, as cuBLAS does.
+  const float alpha_value = *alpha, beta_value = *beta;
+  auto product = [=] {
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        float sum = 0.0f;
+        for (int p = 0; p < k; ++p) {
+          const float x = ta ? a[static_cast<std::size_t>(i) * lda + p]
+                             : a[static_cast<std::size_t>(p) * lda + i];
+          const float y = tb ? b[static_cast<std::size_t>(p) * ldb + j]
+                             : b[static_cast<std::size_t>(j) * ldb + p];
+          sum = fmaf(x, y, sum);
+        }
+        float& out = c[static_cast<std::size_t>(j) * ldc + i];
+        out = beta_value == 0.0f ? alpha_value * sum : alpha_value * sum + beta_value * out;
       }
-      float& out = c[static_cast<std::size_t>(j) * ldc + i];
-      out = *beta == 0.0f ? *alpha * sum : *alpha * sum + *beta * out;
     }
-  }
+    return cudaSuccess;
+  };
+  // In a capturing stream the product is one kernel node of the graph, computed on each replay.
+  if (d::capturing(handle->stream))
+    return d::record(handle->stream, cudaGraphNodeTypeKernel, "cublasSgemm", product) == cudaSuccess
+               ? CUBLAS_STATUS_SUCCESS
+               : CUBLAS_STATUS_EXECUTION_FAILED;
+  product();
   return CUBLAS_STATUS_SUCCESS;
 }

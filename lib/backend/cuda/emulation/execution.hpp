@@ -501,13 +501,20 @@ inline cudaError_t launch(const Launch& where, dim3 grid, dim3 block, std::size_
 }  // namespace detail
 
 // What MNIST_LAUNCH(kernel, grid, block, shared_bytes, stream) makes: called with the kernel's
-// arguments, it copies them once (a real launch's parameter buffer) and runs the grid.
+// arguments, it copies them once (a real launch's parameter buffer) and runs the grid, or, when
+// the stream is capturing a graph, records a node that owns that copy and runs the grid on each
+// replay (the arguments are those of the capture, as in CUDA).
 template <class Kernel>
 class PendingLaunch {
  public:
   PendingLaunch(Kernel kernel, detail::Launch where, dim3 grid, dim3 block,
-                std::size_t shared_bytes)
-      : kernel_(kernel), where_(where), grid_(grid), block_(block), shared_bytes_(shared_bytes) {}
+                std::size_t shared_bytes, cudaStream_t stream)
+      : kernel_(kernel),
+        where_(where),
+        grid_(grid),
+        block_(block),
+        shared_bytes_(shared_bytes),
+        stream_(stream) {}
 
   template <class... Args>
   void operator()(Args&&... args) const {
@@ -520,17 +527,34 @@ class PendingLaunch {
       return;
     }
     auto parameters = std::make_tuple(std::decay_t<Args>(std::forward<Args>(args))...);
-    auto body = [&] { std::apply(kernel_, parameters); };
-    detail::launch(
-        where_, grid_, block_, shared_bytes_, [](void* p) { (*static_cast<decltype(body)*>(p))(); },
-        &body);
+    if (detail::capturing(stream_)) {
+      detail::record(
+          stream_, cudaGraphNodeTypeKernel,
+          std::string("kernel ") + where_.kernel + " launched at " + detail::text(where_.site),
+          [kernel = kernel_, where = where_, grid = grid_, block = block_,
+           shared_bytes = shared_bytes_, parameters = std::move(parameters)] {
+            return run(kernel, where, grid, block, shared_bytes, parameters);
+          });
+      return;
+    }
+    run(kernel_, where_, grid_, block_, shared_bytes_, parameters);
   }
 
  private:
+  template <class Parameters>
+  static cudaError_t run(const Kernel& kernel, const detail::Launch& where, dim3 grid, dim3 block,
+                         std::size_t shared_bytes, const Parameters& parameters) {
+    auto body = [&] { std::apply(kernel, parameters); };
+    return detail::launch(
+        where, grid, block, shared_bytes, [](void* p) { (*static_cast<decltype(body)*>(p))(); },
+        &body);
+  }
+
   Kernel kernel_;
   detail::Launch where_;
   dim3 grid_, block_;
   std::size_t shared_bytes_;
+  cudaStream_t stream_;
 };
 
 template <class Kernel>
@@ -539,7 +563,7 @@ PendingLaunch<Kernel> make_launch(Kernel kernel, const char* name, const char* f
                                   cudaStream_t stream) {
   const int device = stream ? stream->device : detail::current_device;
   return PendingLaunch<Kernel>(kernel, detail::Launch{name, detail::Site{file, line}, device}, grid,
-                               block, shared_bytes);
+                               block, shared_bytes, stream);
 }
 
 }  // namespace mnist::cuda::emulation

@@ -285,6 +285,11 @@ inline ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t coun
                              std::to_string(where.device));
   if (stream && stream->device != comm->device)
     return d::nccl_error(comm, ncclInvalidArgument, "the stream belongs to another GPU");
+  // NCCL can be captured into a graph; this stand-in cannot replay a collective (every rank's
+  // replay would have to meet), so it says so rather than record something it cannot run.
+  if (d::capturing(stream))
+    return d::nccl_error(comm, ncclInvalidUsage,
+                         "ncclAllReduce in a capturing stream is not emulated");
   std::lock_guard<std::mutex> lock(d::nccl().mutex);
   if (comm->state != ncclSuccess)
     return d::nccl_error(comm, ncclInvalidUsage,
