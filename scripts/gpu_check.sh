@@ -585,7 +585,7 @@ stage_bench() {
   ((RC != 0 || missing)) && status=FAIL
   joined=$(printf '%s, ' "${figures[@]}")
   finish bench "$status" "${joined%, }" \
-    "batch ${args[1]}${algorithms:+; cudnn algorithms: ${algorithms%;}}$( ((RC != 0)) && echo "; exit $RC: $(last_line "$log")")"
+    "batch ${args[1]}${algorithms:+; conv algorithms: ${algorithms%;}}$( ((RC != 0)) && echo "; exit $RC: $(last_line "$log")")"
 }
 
 stage_allreduce() {
