@@ -8,18 +8,9 @@
 #include "core/error.hpp"
 
 namespace mnist {
-namespace {
-
-template <class Rows, class E>
-const char* name_in(const Rows& rows, E value) {
-  for (const auto& row : rows) {
-    if (row.value == value) return row.name;
-  }
-  MNIST_CHECK(false, "enum value {} has no spelling in its table", static_cast<int>(value));
-  return "";  // unreachable
+void throw_missing_spelling(int value) {
+  MNIST_THROW(RuntimeError, "enum value {} has no spelling in its table", value);
 }
-
-}  // namespace
 
 // LayerKind's table is made from the layer-kind rows (layer_kinds.cpp).
 
@@ -98,42 +89,9 @@ const std::vector<Spelling<ScheduleKind>>& spellings(ScheduleKind) {
   return rows;
 }
 
-const char* to_string(LayerKind v) {
-  return name_in(spellings(v), v);
-}
 const char* to_string(PaddingMode v) {
   // Explicit padding is written as its pixel count, so it has no word in the table.
-  return v == PaddingMode::explicit_pixels ? "explicit" : name_in(spellings(v), v);
-}
-const char* to_string(InitKind v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(BackendChoice v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(GpuSelection v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(Engine v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(BatchNormMode v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(LogFormat v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(OptimizerKind v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(AdamEpsilon v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(WeightDecayMode v) {
-  return name_in(spellings(v), v);
-}
-const char* to_string(ScheduleKind v) {
-  return name_in(spellings(v), v);
+  return v == PaddingMode::explicit_pixels ? "explicit" : to_string<PaddingMode>(v);
 }
 
 Engine parse_engine(const std::string& name, const std::string& what) {

@@ -63,20 +63,18 @@ const std::vector<Spelling<AdamEpsilon>>& spellings(AdamEpsilon);
 const std::vector<Spelling<WeightDecayMode>>& spellings(WeightDecayMode);
 const std::vector<Spelling<ScheduleKind>>& spellings(ScheduleKind);
 
-// The config's spelling of a value ("explicit" for PaddingMode::explicit_pixels, whose file form
-// is the pixel count). Never null.
-const char* to_string(LayerKind v);
+[[noreturn]] void throw_missing_spelling(int value);
+
+// The config's spelling of a value, from its enum's table. Never null; PaddingMode has its own
+// overload below ("explicit" for explicit_pixels, whose file form is the pixel count).
+template <class E, class = decltype(spellings(E{}))>
+const char* to_string(E v) {
+  for (const auto& row : spellings(E{})) {
+    if (row.value == v) return row.name;
+  }
+  throw_missing_spelling(static_cast<int>(v));
+}
 const char* to_string(PaddingMode v);
-const char* to_string(InitKind v);
-const char* to_string(BackendChoice v);
-const char* to_string(GpuSelection v);
-const char* to_string(Engine v);
-const char* to_string(BatchNormMode v);
-const char* to_string(LogFormat v);
-const char* to_string(OptimizerKind v);
-const char* to_string(AdamEpsilon v);
-const char* to_string(WeightDecayMode v);
-const char* to_string(ScheduleKind v);
 
 // The spellings of E in table order: {"native", "cublas", "cudnn", "blas"}.
 template <class E>
