@@ -57,15 +57,33 @@ MNIST_HD float adam_epsilon(double epsilon, bool tensorflow_style, float beta2, 
              : static_cast<float>(epsilon);
 }
 
-// The values of the step after `s` (StepScalars): the step number moves on, the bias corrections
-// and epsilon follow it; the learning rate and the decay factor stay (the host sets them anew
-// when its schedule changes them). The same function on the host and on the device.
+// The terms of StepScalars that follow the step number: 0-based `step`, and the bias corrections
+// and epsilon of the optimizer's t = step + 1.
+MNIST_HD void set_step_terms(StepScalars& s, int64_t step, float beta1, float beta2, double epsilon,
+                             bool tensorflow_epsilon) {
+  s.step = step;
+  s.c1 = static_cast<float>(adam_bias_correction(beta1, step + 1));
+  s.c2 = static_cast<float>(adam_bias_correction(beta2, step + 1));
+  s.epsilon = adam_epsilon(epsilon, tensorflow_epsilon, beta2, step + 1);
+}
+
+// The values of 0-based step `step`, as the host sets them: the learning rate and decay factor of
+// `o`, the step terms of `step` (`epsilon` as configured: the TensorFlow style scales it here).
+inline StepScalars step_scalars_at(const OptimizerStep& o, int64_t step, double epsilon,
+                                   bool tensorflow_epsilon) {
+  StepScalars s;
+  s.lr = o.lr;
+  s.shrink = decay_rule<float>(o).shrink;
+  set_step_terms(s, step, o.beta1, o.beta2, epsilon, tensorflow_epsilon);
+  return s;
+}
+
+// The values of the step after `s`: the step terms move on; the learning rate and the decay
+// factor stay (the host sets them anew when its schedule changes them). The same function on the
+// host and on the device.
 MNIST_HD StepScalars step_scalars_next(StepScalars s, float beta1, float beta2, double epsilon,
                                        bool tensorflow_epsilon) {
-  s.step += 1;
-  s.c1 = static_cast<float>(adam_bias_correction(beta1, s.step + 1));
-  s.c2 = static_cast<float>(adam_bias_correction(beta2, s.step + 1));
-  s.epsilon = adam_epsilon(epsilon, tensorflow_epsilon, beta2, s.step + 1);
+  set_step_terms(s, s.step + 1, beta1, beta2, epsilon, tensorflow_epsilon);
   return s;
 }
 

@@ -13,7 +13,6 @@
 #include "data/sampler.hpp"
 #include "model/layers.hpp"
 #include "model/replica.hpp"
-#include "train/schedule.hpp"
 #include "train/worker.hpp"
 
 namespace mnist {
@@ -65,9 +64,7 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
 
   EpochSampler sampler(pool, e.seed);
   std::vector<int32_t> batch(o.batch);
-  auto lr_at = [&](int64_t step) {
-    return learning_rate_at(e.schedule, e.optimizer.lr, step, total_steps);
-  };
+  auto lr_at = [&](int64_t step) { return worker.inputs().learning_rate(step, total_steps); };
   auto one_step = [&](int64_t step) {
     sampler.batch_indices(step, o.batch, batch.data());
     worker.train_step(batch.data(), step, lr_at(step), false);

@@ -59,12 +59,10 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
     // engine this build lacks, cudnn without cuDNN, is refused by the backend, which says why.)
     const std::vector<Engine> cuda = engines_of(BackendChoice::cuda);
     if (std::find(cuda.begin(), cuda.end(), config.engine) == cuda.end()) {
-      std::vector<std::string> allowed;
-      for (Engine e : cuda) allowed.push_back(to_string(e));
       MNIST_THROW(ConfigError,
                   "devices.engine: '{}' is not a CUDA engine, and backend auto chose cuda (GPUs "
                   "are visible); allowed: {}, or set devices.backend: cpu",
-                  to_string(config.engine), fmt::join(allowed, ", "));
+                  to_string(config.engine), engine_names(cuda));
     }
     const int count = static_cast<int>(visible.size());
     if (config.gpus_mode == GpuSelection::all) {
@@ -111,11 +109,9 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
   plan.threads_per_worker = std::max(1, threads / plan.cpu_workers);
   const std::vector<Engine> engines = cpu_engines();
   if (std::find(engines.begin(), engines.end(), config.engine) == engines.end()) {
-    std::vector<std::string> allowed;
-    for (Engine e : engines) allowed.push_back(to_string(e));
     MNIST_THROW(ConfigError,
                 "devices.engine: '{}' is not a CPU engine of this build; allowed: {}{}",
-                to_string(config.engine), fmt::join(allowed, ", "),
+                to_string(config.engine), engine_names(engines),
                 config.engine == Engine::blas ? " (built without OpenBLAS)"
                                               : " (it needs the CUDA backend)");
   }

@@ -11,7 +11,6 @@
 
 #include "core/error.hpp"
 #include "data/sampler.hpp"
-#include "train/schedule.hpp"
 #include "train/watchdog.hpp"
 
 namespace mnist {
@@ -260,13 +259,10 @@ void Trainer::worker_main(std::shared_ptr<Shared> keep, int k) {
 void Trainer::train_step(bool want_metrics) {
   Shared& sh = *shared_;
   sampler_->batch_indices(next_step_, plan_.global_batch, sh.batch.data());
-  const Experiment& e = inputs_->experiment;
-  double base_lr = e.optimizer.lr;
-  if (e.train.scale_lr_with_devices) base_lr *= inputs_->replicas;
   {
     std::lock_guard<std::mutex> lock(sh.mutex);
     sh.job_step = next_step_;
-    sh.lr = learning_rate_at(e.schedule, base_lr, next_step_, plan_.steps);
+    sh.lr = inputs_->learning_rate(next_step_, plan_.steps);
     sh.want_metrics = want_metrics;
   }
   dispatch(kTrain);

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "data/augment.hpp"
 #include "data/sampler.hpp"
+#include "train/schedule.hpp"
 
 namespace mnist {
 
@@ -56,12 +57,8 @@ OptimizerStep make_optimizer_step(const OptimizerConfig& opt, double lr, int64_t
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(opt.beta1);
   s.beta2 = static_cast<float>(opt.beta2);
-  s.epsilon = static_cast<float>(opt.epsilon);
-  // TensorFlow 1 adds epsilon to sqrt(v), before the bias corrections scale the step: the same as
-  // adding epsilon * sqrt(1 / (1 - beta2^t)) to sqrt(v_hat).
-  if (opt.epsilon_style == AdamEpsilon::tensorflow)
-    s.epsilon = static_cast<float>(
-        opt.epsilon * std::sqrt(adam_bias_correction(static_cast<float>(opt.beta2), step + 1)));
+  s.epsilon =
+      adam_epsilon(opt.epsilon, opt.epsilon_style == AdamEpsilon::tensorflow, s.beta2, step + 1);
   s.momentum = static_cast<float>(opt.momentum);
   s.nesterov = opt.nesterov;
   s.step = step + 1;
@@ -81,6 +78,12 @@ void apply_optimizer_step(const OptimizerConfig& opt, const OptimizerStep& s, Re
   else
     be.sgd_update(model.param_count(), model.decayed_count(), s, replica.params(), replica.grads(),
                   replica.moment1());
+}
+
+double RunInputs::learning_rate(int64_t step, int64_t total_steps) const {
+  double base = experiment.optimizer.lr;
+  if (experiment.train.scale_lr_with_devices) base *= replicas;
+  return learning_rate_at(experiment.schedule, base, step, total_steps);
 }
 
 std::shared_ptr<const RunInputs> RunInputs::make(const Experiment& experiment, const Model& model,
@@ -195,7 +198,9 @@ struct Worker::Graphs {
   std::unique_ptr<Backend::Captured> step, update;
   int64_t next_step = -1;  // the step the device's scalars hold; -1: not set
   double lr = 0;           // the learning rate they hold
-  int64_t waited_at = 0;   // a step at which every queued copy from the ring had completed
+  // Uploads through the ring so far, and how many of them had certainly been copied at the last
+  // wait for the device (counted, not stepped: a restore sends the step number back).
+  uint64_t uploads = 0, uploads_done = 0;
   Graphs(Backend& backend, int slice) : be(backend), scalars(backend, 1) {
     ring = static_cast<int32_t*>(
         be.allocate_host(sizeof(int32_t) * kRingSlots * static_cast<std::size_t>(slice)));
@@ -239,9 +244,9 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
                     replica_->input(), replica_->labels());
     forward();
     backward();
-    if (!inputs_->comm) capture_update();
+    if (!sums_across_replicas()) capture_update();
     graphs_->step = be.end_capture();
-    if (inputs_->comm) {
+    if (sums_across_replicas()) {
       be.begin_capture();
       capture_update();
       graphs_->update = be.end_capture();
@@ -252,29 +257,18 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
   // The scalars follow on the device from step to step at a constant learning rate; otherwise the
   // host sets them with its own rules (a kernel argument: nothing waits).
   if (g.next_step != step || g.lr != lr) {
-    const OptimizerStep s = make_optimizer_step(opt, lr, step);
-    StepScalars values;
-    values.step = step;
-    values.lr = s.lr;
-    values.shrink = decay_rule<float>(s).shrink;
-    values.c1 = static_cast<float>(adam_bias_correction(s.beta1, s.step));
-    values.c2 = static_cast<float>(adam_bias_correction(s.beta2, s.step));
-    values.epsilon = s.epsilon;
-    be.step_scalars_set(g.scalars.data(), values);
+    be.step_scalars_set(g.scalars.data(), step_scalars_at(make_optimizer_step(opt, lr, step), step,
+                                                          opt.epsilon, tensorflow_epsilon));
     g.lr = lr;
   }
   g.next_step = step + 1;
-  // The slice's indices through the page-locked ring: a slot is written again kRingSlots steps
-  // later, by when its queued copy must have run; the device is waited for only if no log step
-  // (whose metrics read waits) came in between.
-  if (step - g.waited_at >= Graphs::kRingSlots) {
-    be.synchronize();
-    g.waited_at = step;
-  }
-  int32_t* slot = g.ring + (step % Graphs::kRingSlots) * slice_n_;
+  // The slice's indices through the page-locked ring: a slot is written again kRingSlots uploads
+  // later, by when its queued copy must have run; the device is waited for only if nothing waited
+  // for it in between (a log step's metrics read, an evaluation, a checkpoint).
+  if (g.uploads - g.uploads_done >= Graphs::kRingSlots) synchronize();
+  int32_t* slot = g.ring + (g.uploads++ % Graphs::kRingSlots) * slice_n_;
   std::memcpy(slot, batch + slice_lo_, sizeof(int32_t) * slice_n_);
   be.copy_to_device(indices_.data(), slot, sizeof(int32_t) * slice_n_);
-  pass_.step = static_cast<uint32_t>(step);
   enter(Phase::forward);
   enter(Phase::backward);
   be.replay(*g.step);
@@ -283,7 +277,7 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
   all_reduce();
   const auto t2 = Clock::now();
   enter(Phase::update);
-  if (inputs_->comm) be.replay(*g.update);
+  if (sums_across_replicas()) be.replay(*g.update);
   StepTimes times;
   times.compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   times.comm_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
@@ -325,7 +319,7 @@ void Worker::backward() {
 }
 
 void Worker::all_reduce() {
-  if (inputs_->comm)
+  if (sums_across_replicas())
     inputs_->comm->all_reduce_sum(local_rank_, *backend_, replica_->grads(),
                                   replica_->reduce_count());
 }
@@ -364,7 +358,7 @@ StepTimes Worker::train_step(const int32_t* batch, int64_t step, double lr, bool
     // same batch (batch statistics and dropout; the running statistics move).
     replica_->reset_metrics();
     replica_->forward_loss(pass_);
-    if (inputs_->comm)
+    if (sums_across_replicas())
       inputs_->comm->all_reduce_sum(local_rank_, *backend_, replica_->metrics(), kMetricSlots);
   }
   StepTimes times;
@@ -378,7 +372,7 @@ void Worker::average_state() {
   // so evaluation and checkpoints do not depend on which replica is read.
   const std::size_t n = inputs_->model.state_count();
   const int replicas = inputs_->replicas;
-  if (n == 0 || replicas <= 1 || !inputs_->comm) return;
+  if (n == 0 || !sums_across_replicas()) return;
   inputs_->comm->all_reduce_sum(local_rank_, *backend_, replica_->state(), n);
   backend_->scale(n, 1.0f / replicas, replica_->state());
 }
@@ -395,7 +389,7 @@ void Worker::evaluate(const PhaseCallback& on_phase) {
     replica_->forward_loss(pass_);
   }
   if (on_phase) on_phase(Phase::reduce);
-  if (inputs_->comm)
+  if (sums_across_replicas())
     inputs_->comm->all_reduce_sum(local_rank_, *backend_, replica_->metrics(), kMetricSlots);
 }
 
@@ -420,7 +414,12 @@ void Worker::gather_test(int begin, int n) {
 
 void Worker::metrics(float out[kMetricSlots]) {
   backend_->copy_to_host(out, replica_->metrics(), sizeof(float) * kMetricSlots);
-  if (graphs_) graphs_->waited_at = graphs_->next_step;  // the copy waited for every step queued
+  if (graphs_) graphs_->uploads_done = graphs_->uploads;  // the copy waited for every step queued
+}
+
+void Worker::synchronize() {
+  backend_->synchronize();
+  if (graphs_) graphs_->uploads_done = graphs_->uploads;
 }
 
 CheckpointState Worker::snapshot() {

@@ -17,11 +17,12 @@
 // live in a StepScalars on the device, advanced there by the last kernel of each replay; the host
 // sets them only when they do not follow (the first step, after a restore, a learning rate the
 // schedule changed). The slice's indices go to the device through a ring of page-locked host
-// slots, a queued copy each step that makes nothing wait. Without a communicator (one replica) the
-// step is one graph; with one, the all-reduce runs between the graph of gather, forward and
-// backward and the graph of the update. Eager instead: data.random_shift (host-side augmentation),
-// sync batch norm over several replicas (collectives inside the forward pass), log_after_update,
-// SGD (its update takes its values by value), and every backend that cannot capture.
+// slots, a queued copy each step that makes nothing wait. With one replica the step is one graph
+// (there is nothing to sum); with several, the all-reduce runs between the graph of gather,
+// forward and backward and the graph of the update. Eager instead: data.random_shift (host-side
+// augmentation), sync batch norm over several replicas (collectives inside the forward pass),
+// log_after_update, SGD (its update takes its values by value), and every backend that cannot
+// capture.
 
 #include <cstdint>
 #include <functional>
@@ -69,6 +70,10 @@ struct RunInputs {
   std::shared_ptr<Communicator> comm;
   BatchPlan plan;
   int replicas = 1;  // across all processes
+
+  // The schedule's learning rate for 0-based `step` of `total_steps`, from optimizer.lr (times the
+  // replicas with train.scale_lr_with_devices): the one rule the trainer and the benchmark use.
+  double learning_rate(int64_t step, int64_t total_steps) const;
 
   static std::shared_ptr<const RunInputs> make(const Experiment& experiment, const Model& model,
                                                std::shared_ptr<const Dataset> data,
@@ -129,7 +134,8 @@ class Worker {
   // otherwise every size must match the model.
   void restore(const CheckpointState& s);
 
-  void synchronize() { backend_->synchronize(); }
+  // Waits for the device (and so for every queued copy out of the captured step's index ring).
+  void synchronize();
   Backend& backend() const { return *backend_; }
   Replica& replica() { return *replica_; }
   int slice_size() const { return slice_n_; }
@@ -141,6 +147,9 @@ class Worker {
   // The captured step (train.cuda_graph), when this worker's step can be captured.
   struct Graphs;
   bool can_capture() const;
+  // True when there is more than one replica to sum over: every collective hop is skipped
+  // otherwise, which for one replica changes no value and saves a communicator call per step.
+  bool sums_across_replicas() const { return inputs_->comm && inputs_->replicas > 1; }
   StepTimes graph_step(const int32_t* batch, int64_t step, double lr,
                        const std::function<void(Phase)>& enter);
   // Test images [begin, begin + n) into the replica's input, and the pass set to evaluation mode.

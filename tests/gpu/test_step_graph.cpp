@@ -47,21 +47,9 @@ bool same_bits(const StepScalars& a, const StepScalars& b) {
          std::memcmp(&a.epsilon, &b.epsilon, sizeof(float)) == 0;
 }
 
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 // The values of step 0 as a host sets them, with the optimizer's own rules.
 StepScalars first_step(const mnist::OptimizerStep& o, double epsilon, bool tensorflow_epsilon) {
-  StepScalars s;
-  s.step = 0;
-  s.lr = o.lr;
-  s.shrink = mnist::decay_rule<float>(o).shrink;
-  s.c1 = static_cast<float>(mnist::adam_bias_correction(o.beta1, 1));
-  s.c2 = static_cast<float>(mnist::adam_bias_correction(o.beta2, 1));
-  s.epsilon = mnist::adam_epsilon(epsilon, tensorflow_epsilon, o.beta2, 1);
-  return s;
+  return mnist::step_scalars_at(o, 0, epsilon, tensorflow_epsilon);
 }
 
 }  // namespace
