@@ -25,13 +25,6 @@ const EngineSpelling& engine_row(Engine engine) {
   return spellings(Engine{}).front();  // unreachable
 }
 
-// "native, blas"
-std::string names_of(const std::vector<Engine>& engines) {
-  std::vector<std::string> names;
-  for (Engine e : engines) names.push_back(to_string(e));
-  return join(names);
-}
-
 // "a", "a and b", "a, b and c"
 std::string and_list(const std::vector<std::string>& items) {
   if (items.size() < 2) return join(items);
@@ -131,13 +124,14 @@ DevicesConfig parse_devices(const Reporter& r, const Section& top) {
     r.fail(s.value("engine"), s.child("engine"),
            fmt::format("'{}' is not allowed with backend cpu: the {} engines need the cuda backend "
                        "(CPU engines: {})",
-                       engine.name, and_list(cuda_only), names_of(engines_of(BackendChoice::cpu))));
+                       engine.name, and_list(cuda_only),
+                       engine_names(engines_of(BackendChoice::cpu))));
   }
   if (dev.backend == BackendChoice::cuda && !engine.cuda) {
     r.fail(
         s.value("engine"), s.child("engine"),
         fmt::format("'{}' is not allowed with backend cuda: it is a CPU engine (CUDA engines: {})",
-                    engine.name, names_of(engines_of(BackendChoice::cuda))));
+                    engine.name, engine_names(engines_of(BackendChoice::cuda))));
   }
   return dev;
 }

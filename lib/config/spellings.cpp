@@ -100,6 +100,12 @@ Engine parse_engine(const std::string& name, const std::string& what) {
               fmt::join(spelling_names<Engine>(), ", "));
 }
 
+std::string engine_names(const std::vector<Engine>& engines) {
+  std::vector<std::string> names;
+  for (Engine e : engines) names.push_back(to_string(e));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
 std::vector<Engine> engines_of(BackendChoice backend) {
   std::vector<Engine> out;
   for (const EngineSpelling& row : spellings(Engine{})) {

@@ -97,6 +97,9 @@ std::optional<E> from_string(const std::string& name) {
 // b, c" (for spellings that come from elsewhere than a config file: a command-line list).
 Engine parse_engine(const std::string& name, const std::string& what);
 
+// "native, blas": the spellings of `engines`, for messages that list what is allowed.
+std::string engine_names(const std::vector<Engine>& engines);
+
 // The engines `backend` runs (table order): CPU native, blas; CUDA native, cublas, cudnn.
 std::vector<Engine> engines_of(BackendChoice backend);
 

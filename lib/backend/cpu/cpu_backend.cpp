@@ -281,11 +281,9 @@ std::vector<Engine> cpu_engines() {
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
   const std::vector<Engine> engines = cpu_engines();
   if (std::find(engines.begin(), engines.end(), options.engine) == engines.end()) {
-    std::vector<std::string> allowed;
-    for (Engine e : engines) allowed.push_back(to_string(e));
     MNIST_THROW(RuntimeError,
                 "cpu{}: engine '{}' is not available on the CPU backend; allowed: {}{}",
-                options.worker_index, to_string(options.engine), fmt::join(allowed, ", "),
+                options.worker_index, to_string(options.engine), engine_names(engines),
                 options.engine == Engine::blas ? " (this build has no OpenBLAS)"
                                                : " (it is a CUDA engine)");
   }

@@ -53,10 +53,8 @@ Engine checked_engine(Engine engine, int ordinal) {
   }
   const std::vector<Engine> engines = cuda_engines();
   if (std::find(engines.begin(), engines.end(), engine) == engines.end()) {
-    std::vector<std::string> known;
-    for (Engine e : engines_of(BackendChoice::cuda)) known.push_back(to_string(e));
     MNIST_THROW(RuntimeError, "GPU {}: engine '{}' is not a CUDA engine; known: {}", ordinal,
-                to_string(engine), fmt::join(known, ", "));
+                to_string(engine), engine_names(engines_of(BackendChoice::cuda)));
   }
   return engine;
 }
@@ -173,11 +171,7 @@ class CudaBackend final : public Backend {
   }
   LaunchCounts counts() const override {
     LaunchCounts c;
-    c.kernels = counts_.kernels.load();
-    c.library_calls = counts_.library_calls.load();
-    c.copies = counts_.copies.load();
-    c.host_syncs = counts_.host_syncs.load();
-    c.graph_launches = counts_.graph_launches.load();
+    each_count(counts_, c, [](const auto& counter, uint64_t& value) { value = counter.load(); });
     return c;
   }
 
@@ -595,19 +589,21 @@ class CudaBackend final : public Backend {
   void activate() {
     MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
   }
-  void restore_counts(const LaunchCounts& c) {
-    counts_.kernels = c.kernels;
-    counts_.library_calls = c.library_calls;
-    counts_.copies = c.copies;
-    counts_.host_syncs = c.host_syncs;
-    counts_.graph_launches = c.graph_launches;
+  // The fields of StreamCounts paired with LaunchCounts', listed once for every copy between them.
+  // (`Counters`: a StreamCounts, const when only read.)
+  template <class Counters, class F>
+  static void each_count(Counters& counters, LaunchCounts& values, F&& f) {
+    f(counters.kernels, values.kernels);
+    f(counters.library_calls, values.library_calls);
+    f(counters.copies, values.copies);
+    f(counters.host_syncs, values.host_syncs);
+    f(counters.graph_launches, values.graph_launches);
   }
-  void add_counts(const LaunchCounts& c) {
-    counts_.kernels += c.kernels;
-    counts_.library_calls += c.library_calls;
-    counts_.copies += c.copies;
-    counts_.host_syncs += c.host_syncs;
-    counts_.graph_launches += c.graph_launches;
+  void restore_counts(LaunchCounts c) {
+    each_count(counts_, c, [](auto& counter, uint64_t& value) { counter = value; });
+  }
+  void add_counts(LaunchCounts c) {
+    each_count(counts_, c, [](auto& counter, uint64_t& value) { counter += value; });
   }
   // Every host wait of this backend goes through here, so counts() sees it.
   void wait_for_stream() {
