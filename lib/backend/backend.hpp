@@ -84,7 +84,8 @@ class Backend {
   virtual void* allocate_host(std::size_t bytes) = 0;
   virtual void release_host(void* ptr) noexcept = 0;
   // backend -> host memory from allocate_host, queued: the host may read dst only after
-  // synchronize() (a log step's). Capturable; copy_to_host is not.
+  // synchronize(). Capturable; copy_to_host is not. (The worker still reads a log step's metrics
+  // with copy_to_host, one wait per log step.)
   virtual void copy_to_host_async(void* dst, const void* src, std::size_t bytes) = 0;
 
   // ---- data -----------------------------------------------------------------------------------
@@ -95,8 +96,9 @@ class Backend {
                             const int32_t* indices, int n, float* x, int32_t* y) = 0;
 
   // gather_batch of step s's indices, ring[(s % ring_steps) * n, ... + n), where s is step->step
-  // when the kernel runs: the batches of ring_steps steps are uploaded at once (a log step's) and
-  // a step captured once and replayed takes its own. ring: int32[ring_steps * n] (on device).
+  // when the kernel runs, so that the batches of ring_steps steps can be uploaded at once and a
+  // step captured once and replayed takes its own. ring: int32[ring_steps * n] (on device). Not
+  // yet used by the worker, which queues one copy of its slice per step from a page-locked ring.
   virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                             const int32_t* ring, int ring_steps, const StepScalars* step, int n,
                             float* x, int32_t* y) = 0;

@@ -263,7 +263,7 @@ TEST_CASE("an allocation during a capture fails unless the capture is relaxed",
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
 
-TEST_CASE("a capture waits only for events recorded inside it", "[emulation][capture]") {
+TEST_CASE("a capture refuses to wait for an event recorded outside it", "[emulation][capture]") {
   cudaGetLastError();
   const cudaStream_t stream = new_stream(), other = new_stream();
   cudaEvent_t outside = nullptr;

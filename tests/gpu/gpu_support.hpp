@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,14 @@ std::vector<T> download(mnist::Backend& backend, const mnist::DeviceBuffer<T>& b
   std::vector<T> host(buffer.size());
   if (!host.empty()) backend.copy_to_host(host.data(), buffer.data(), buffer.bytes());
   return host;
+}
+
+// True when both hold the same elements bit for bit (NaNs included). memcmp never sees the null
+// data() of an empty vector, even for 0 bytes (UBSan).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // CHECKs that every element satisfies |gpu - cpu| <= atol + rtol * |cpu| (NaN anywhere fails) and

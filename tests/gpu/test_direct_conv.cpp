@@ -160,7 +160,7 @@ TEST_CASE("direct convolution kernels match the CPU on awkward sizes",
       auto dw_again = poisoned(g, w_size);
       g.conv2d_backward_weights(geo, x.g(), dy.g(), dw_again.g(), nullptr, ws_gpu.data());
       const std::vector<float> first = download(g, dw.gpu), second = download(g, dw_again.gpu);
-      CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+      CHECK(same_bits(first, second));
 
       const std::vector<float> guard = host_copy(g, ws_gpu.data() + ws, kGuard);
       CHECK(std::count(guard.begin(), guard.end(), sentinel) == static_cast<long>(kGuard));

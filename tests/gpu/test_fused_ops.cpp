@@ -97,8 +97,8 @@ TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fus
       }
       const auto w1 = download(g, dw1.gpu), w2 = download(g, dw2.gpu);
       const auto b1 = download(g, db1.gpu), b2 = download(g, db2.gpu);
-      CHECK(std::memcmp(w1.data(), w2.data(), w1.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(b1.data(), b2.data(), b1.size() * sizeof(float)) == 0);
+      CHECK(same_bits(w1, w2));
+      CHECK(same_bits(b1, b2));
     }
   }
 }
@@ -143,5 +143,9 @@ TEST_CASE("adam_update_partials matches the chain of CPU ops", "[gpu][fused][opt
   mnist::OptimizerStep s;
   CHECK_THROWS_WITH(g.adam_update_partials(1, 0, s, one.data(), one.data(), 0, one.data(),
                                            one.data(), one.data()),
+                    Catch::Contains("at least 1 partial, got 0"));
+  mnist::DeviceBuffer<float> host_one(cpu(), 1);
+  CHECK_THROWS_WITH(cpu().adam_update_partials(1, 0, s, host_one.data(), host_one.data(), 0,
+                                               host_one.data(), host_one.data(), host_one.data()),
                     Catch::Contains("at least 1 partial, got 0"));
 }

@@ -27,7 +27,8 @@
 //     (32 weights per block, 8 fixed strided partial sums each). No atomics anywhere: the results
 //     repeat bit for bit, run after run.
 //
-// Shared memory: every kernel here carves one static pool of kPoolFloats (24 KB). One pool, not a
+// Shared memory: every tile kernel here carves one static pool of kPoolFloats (24 KB); the
+// partials reduce needs only its 32 warp sums. One pool, not a
 // static array per instantiation, because the CUDA emulation poisons the whole __shared__ section
 // at the start of every block of every kernel: per-instantiation arrays would make every emulated
 // launch of the project slower. The host planners (plan_correlation, plan_weights) shrink tiles
@@ -46,7 +47,7 @@
 //   conv2 6->12 forward            0.723     14.4     ~22 us
 //   conv2 6->12 backward_data      0.723     14.4     ~22 us
 //   conv2 6->12 backward_weights   0.723     21.8     ~30 us   (27 us + reduce)
-//   five convolutions                                ~95 us   (tiled GEMM: ~1.9 ms, issue 16's model)
+//   five convolutions                                ~95 us   (tiled GEMM: ~1.9 ms, same kind of model)
 // clang-format on
 // (conv1's backward_data is not run: the network's input needs no gradient.)
 #include "backend/cuda/direct_conv.hpp"

@@ -15,8 +15,6 @@ namespace mnist::cuda {
 // n_decay). Updates params, m, v in place.
 void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
                  float* params, const float* grads, float* m, float* v);
-// g' = g + l2 * p (i < n_decay); vel = mu vel + g'; p -= lr * vel, or with Nesterov
-// p -= lr * (g' + mu vel); then p -= lr * wd * p_old (i < n_decay). Updates params, velocity.
 // Adam with lr, epsilon, bias corrections and decay factor read from `step` (device memory).
 void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay,
                  const OptimizerStep& constants, const StepScalars* step, float* params,
@@ -25,6 +23,8 @@ void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay,
 void step_scalars_set(cudaStream_t stream, StepScalars* s, const StepScalars& values);
 void step_scalars_advance(cudaStream_t stream, StepScalars* s, float beta1, float beta2,
                           double epsilon, bool tensorflow_epsilon);
+// g' = g + l2 * p (i < n_decay); vel = mu vel + g'; p -= lr * vel, or with Nesterov
+// p -= lr * (g' + mu vel); then p -= lr * wd * p_old (i < n_decay). Updates params, velocity.
 void sgd_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
                 float* params, const float* grads, float* velocity);
 
