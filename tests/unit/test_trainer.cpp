@@ -202,9 +202,11 @@ TEST_CASE("a label outside the classes stops training with a DataError before an
   const Model model = Model::build(e.model);
   Dataset data = testing::synthetic_dataset(480, 100);
   data.train.labels[300] = 11;
-  int steps_started = 0;
+  std::atomic<int> steps_started{0};  // the hook runs on both worker threads
   TrainerOptions options;
-  options.phase_hook = [&](int, int64_t, Phase phase) { steps_started += phase == Phase::data; };
+  options.phase_hook = [&](int, int64_t, Phase phase) {
+    if (phase == Phase::data) ++steps_started;
+  };
   auto start = [&] {
     auto comm = std::make_shared<ThreadCommunicator>(2);
     Trainer trainer(e, model, std::make_shared<const Dataset>(data),
