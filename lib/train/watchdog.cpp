@@ -15,16 +15,27 @@ void WorkerStatus::enter(Phase p, int64_t job_step) {
 std::string find_stall(const std::vector<WorkerStatus>& workers,
                        const std::vector<std::string>& names, double limit_seconds,
                        int64_t now_ns) {
-  int slowest = -1;
-  double longest = 0;
-  for (std::size_t k = 0; k < workers.size(); ++k) {
-    if (workers[k].current() == Phase::idle) continue;
-    const double busy = (now_ns - workers[k].since_ns.load()) / 1e9;
-    if (busy > longest) {
-      longest = busy;
-      slowest = static_cast<int>(k);
+  // A worker in 'reduce' waits for the others, so it is named only when every busy worker is in
+  // 'reduce' (the collective itself hangs). Otherwise the order in which threads reached their
+  // phases (a descheduled thread can start its forward after a peer already waits in 'reduce')
+  // would decide which worker is blamed.
+  const auto longest_busy = [&](bool include_waiting, double& longest) {
+    int slowest = -1;
+    longest = 0;
+    for (std::size_t k = 0; k < workers.size(); ++k) {
+      const Phase p = workers[k].current();
+      if (p == Phase::idle || (p == Phase::reduce && !include_waiting)) continue;
+      const double busy = (now_ns - workers[k].since_ns.load()) / 1e9;
+      if (slowest < 0 || busy > longest) {
+        longest = busy;
+        slowest = static_cast<int>(k);
+      }
     }
-  }
+    return slowest;
+  };
+  double longest = 0;
+  int slowest = longest_busy(false, longest);
+  if (slowest < 0) slowest = longest_busy(true, longest);
   if (slowest < 0 || longest <= limit_seconds) return "";
   std::string others;
   for (std::size_t k = 0; k < workers.size(); ++k) {

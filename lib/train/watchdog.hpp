@@ -22,9 +22,11 @@ struct WorkerStatus {
   Phase current() const { return static_cast<Phase>(phase.load()); }
 };
 
-// The worker longest in one (non-idle) phase holds the others up: they wait for it in a
-// collective. When that time exceeds `limit_seconds` (train.watchdog_seconds), returns the error
-// naming it, its step (1-based) and phase, and where every other worker is; otherwise "".
+// The worker longest in one phase other than 'idle' and 'reduce' holds the others up: they wait
+// for it in the collective. (Only when every busy worker is in 'reduce' is the longest of those
+// named: the collective itself hangs.) When its time exceeds `limit_seconds`
+// (train.watchdog_seconds), returns the error naming it, its step (1-based) and phase, and where
+// every other worker is; otherwise "".
 // `names[k]` names workers[k]; `now_ns` is steady_clock time.
 std::string find_stall(const std::vector<WorkerStatus>& workers,
                        const std::vector<std::string>& names, double limit_seconds, int64_t now_ns);

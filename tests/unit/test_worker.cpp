@@ -130,3 +130,26 @@ TEST_CASE("the watchdog names the worker longest in one phase, once past the lim
   workers[0].leave();
   CHECK(find_stall(workers, names, 10.0, 100 * s) == "");
 }
+
+TEST_CASE("the watchdog names the worker holding the collective up, not one waiting in it",
+          "[worker][watchdog]") {
+  // On a loaded machine a worker thread can start its forward after its peer already waits in
+  // 'reduce': the waiting one has been busy longer, but the one in 'forward' is the stall.
+  std::vector<WorkerStatus> workers(2);
+  const std::vector<std::string> names = {"cpu0", "cpu1"};
+  const int64_t s = 1'000'000'000;  // ns
+  workers[0].phase = static_cast<int>(Phase::reduce);
+  workers[0].since_ns = 1 * s;
+  workers[0].step = 2;
+  workers[1].phase = static_cast<int>(Phase::forward);
+  workers[1].since_ns = 2 * s;
+  workers[1].step = 2;
+  CHECK(find_stall(workers, names, 10.0, 12 * s) == "");  // cpu1 10 s in forward: not past it
+  CHECK_THAT(find_stall(workers, names, 10.0, 13 * s),
+             Catch::StartsWith("cpu1 stalled: step 3 has been in phase 'forward' for 11.0 s") &&
+                 Catch::Contains("cpu0 in 'reduce' for 12.0 s"));
+  // Every busy worker in 'reduce': the collective itself hangs; the longest there is named.
+  workers[1].phase = static_cast<int>(Phase::reduce);
+  CHECK_THAT(find_stall(workers, names, 10.0, 13 * s),
+             Catch::StartsWith("cpu0 stalled: step 3 has been in phase 'reduce' for 12.0 s"));
+}
