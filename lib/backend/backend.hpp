@@ -300,7 +300,7 @@ struct BackendOptions {
 
 // The CPU engines of this build: native, and blas when it was built with OpenBLAS.
 std::vector<Engine> cpu_engines();
-// The CUDA engines of this build: native, cublas, and cudnn when it was built with cuDNN (empty
+// The CUDA engines of this build: native, cublas, fused, and cudnn when it was built with cuDNN (empty
 // without CUDA).
 std::vector<Engine> cuda_engines();
 

@@ -47,6 +47,7 @@ const std::vector<EngineSpelling>& spellings(Engine) {
       {"native", Engine::native, /*cpu=*/true, /*cuda=*/true},
       {"cublas", Engine::cublas, /*cpu=*/false, /*cuda=*/true},
       {"cudnn", Engine::cudnn, /*cpu=*/false, /*cuda=*/true},
+      {"fused", Engine::fused, /*cpu=*/false, /*cuda=*/true},
       {"blas", Engine::blas, /*cpu=*/true, /*cuda=*/false},
   };
   return rows;

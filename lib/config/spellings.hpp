@@ -22,7 +22,7 @@ enum class BackendChoice { auto_select, cpu, cuda };
 // devices.gpus: the string "all", a YAML list of ordinals, or "auto:N".
 enum class GpuSelection { all, list, auto_count };
 // devices.engine: which implementation runs the heavy ops (backend.hpp's BackendOptions).
-enum class Engine { native, cublas, cudnn, blas };
+enum class Engine { native, cublas, cudnn, fused, blas };
 enum class BatchNormMode { local, sync };
 enum class LogFormat { standard, seed };
 enum class OptimizerKind { adam, sgd };
@@ -76,7 +76,7 @@ const char* to_string(E v) {
 }
 const char* to_string(PaddingMode v);
 
-// The spellings of E in table order: {"native", "cublas", "cudnn", "blas"}.
+// The spellings of E in table order: {"native", "cublas", "cudnn", "fused", "blas"}.
 template <class E>
 std::vector<std::string> spelling_names() {
   std::vector<std::string> names;
@@ -100,7 +100,7 @@ Engine parse_engine(const std::string& name, const std::string& what);
 // "native, blas": the spellings of `engines`, for messages that list what is allowed.
 std::string engine_names(const std::vector<Engine>& engines);
 
-// The engines `backend` runs (table order): CPU native, blas; CUDA native, cublas, cudnn.
+// The engines `backend` runs (table order): CPU native, blas; CUDA native, cublas, cudnn, fused.
 std::vector<Engine> engines_of(BackendChoice backend);
 
 }  // namespace mnist

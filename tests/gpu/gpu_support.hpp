@@ -24,7 +24,7 @@ constexpr int kLargestConvBatch = MNIST_CUDA_EMULATED ? 300 : 1000;
 
 mnist::Backend& cpu();
 mnist::Backend& gpu(const std::string& engine = "native");
-std::vector<std::string> engines();  // "native", "cublas" and, when built with cuDNN, "cudnn"
+std::vector<std::string> engines();  // cuda_engines(): native, cublas, cudnn (with cuDNN), fused
 void release_backends();
 
 std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo, float hi);

@@ -67,7 +67,7 @@ TEST_CASE("a CPU engine is refused with the CUDA ones", "[gpu][backend]") {
     const std::string what = e.what();
     CAPTURE(what);
     CHECK(what.find("'blas'") != std::string::npos);
-    CHECK(what.find("native, cublas, cudnn") != std::string::npos);
+    CHECK(what.find("native, cublas, cudnn, fused") != std::string::npos);
   }
 }
 

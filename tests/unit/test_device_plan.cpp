@@ -53,7 +53,7 @@ TEST_CASE("backend auto checks the engine once it has chosen cuda", "[devices]")
   REQUIRE_THROWS_AS(plan_devices(c, gpus({10})), ConfigError);
   REQUIRE_THROWS_WITH(plan_devices(c, gpus({10})),
                       Catch::Contains("devices.engine: 'blas' is not a CUDA engine") &&
-                          Catch::Contains("allowed: native, cublas, cudnn"));
+                          Catch::Contains("allowed: native, cublas, cudnn, fused"));
   for (const Engine engine : engines_of(BackendChoice::cuda)) {
     c.engine = engine;
     CHECK(plan_devices(c, gpus({10})).engine == engine);

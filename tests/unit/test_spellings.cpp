@@ -38,7 +38,7 @@ TEST_CASE("every enum's table spells each value once and reads it back", "[confi
   check_round_trip<InitKind>({"truncated_normal", "he_normal", "glorot_uniform", "zeros"});
   check_round_trip<BackendChoice>({"auto", "cpu", "cuda"});
   check_round_trip<GpuSelection>({"all", "list", "auto"});
-  check_round_trip<Engine>({"native", "cublas", "cudnn", "blas"});
+  check_round_trip<Engine>({"native", "cublas", "cudnn", "fused", "blas"});
   check_round_trip<BatchNormMode>({"local", "sync"});
   check_round_trip<LogFormat>({"standard", "seed"});
   check_round_trip<OptimizerKind>({"adam", "sgd"});
@@ -66,6 +66,6 @@ TEST_CASE("an unknown engine is refused with the known ones", "[config]") {
     CAPTURE(what);
     CHECK(what.find("--engines") != std::string::npos);
     CHECK(what.find("'cudnnn'") != std::string::npos);
-    CHECK(what.find("native, cublas, cudnn") != std::string::npos);
+    CHECK(what.find("native, cublas, cudnn, fused") != std::string::npos);
   }
 }

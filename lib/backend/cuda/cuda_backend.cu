@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
     name_ = fmt::format("gpu{} ({}, {})", ordinal_, prop.name, bus);
     MNIST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     counted_ = cuda::StreamCountsRegistration(stream_, &counts_);
-    if (engine_ != Engine::native) {
+    if (uses_cublas()) {
       MNIST_CUBLAS_CHECK(cublasCreate(&cublas_));
       MNIST_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
       // DEFAULT keeps FP32 products in FP32 (no TF32), so cuBLAS meets the same tolerances.
@@ -384,7 +384,7 @@ class CudaBackend final : public Backend {
   void dense_forward(int n, int in, int out, const float* x, const float* weight, const float* bias,
                      float* y) override {
     activate();
-    if (engine_ == Engine::native || n == 0 || out == 0) {
+    if (!uses_cublas() || n == 0 || out == 0) {
       return cuda::dense_forward(stream_, n, in, out, x, weight, bias, y);
     }
     float beta = 0.0f;  // beta = 0: cuBLAS does not read y (it may hold NaN)
@@ -401,7 +401,7 @@ class CudaBackend final : public Backend {
   void dense_backward_data(int n, int in, int out, const float* dy, const float* weight,
                            float* dx) override {
     activate();
-    if (engine_ == Engine::native || n == 0 || in == 0) {
+    if (!uses_cublas() || n == 0 || in == 0) {
       return cuda::dense_backward_data(stream_, n, in, out, dy, weight, dx);
     }
     const float one = 1.0f, zero = 0.0f;
@@ -413,7 +413,7 @@ class CudaBackend final : public Backend {
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
                               float* dweight, float* dbias) override {
     activate();
-    if (engine_ == Engine::native || in == 0 || out == 0) {
+    if (!uses_cublas() || in == 0 || out == 0) {
       return cuda::dense_backward_weights(stream_, n, in, out, x, dy, dweight, dbias, scratch_);
     }
     const float one = 1.0f, zero = 0.0f;
@@ -620,6 +620,9 @@ class CudaBackend final : public Backend {
     return attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeDevice;
   }
 
+  // Engines cublas and cudnn run the dense layers through cuBLAS; native and fused run every
+  // kernel hand-written.
+  bool uses_cublas() const { return engine_ == Engine::cublas || engine_ == Engine::cudnn; }
 #if MNIST_HAVE_CUDNN
   bool use_cudnn(const Conv2dGeom& g) {
     return engine_ == Engine::cudnn && cudnn_->supports(g);
