@@ -264,6 +264,10 @@ class Backend {
   // The default runs the chain (for the CPU backend: the CPU ops, the oracle of every fused
   // kernel); an engine may replace it with fewer kernels.
   //
+  // Engines that return true (CUDA fused) have the replica run its head, a last dense layer and
+  // the loss, as this one call in training; others make it the chain of ops (the CPU backend's
+  // twin of the fused kernel is that chain, so its results do not depend on the answer).
+  virtual bool fuses_dense_head() const { return false; }
   // The network's head and its loss: logits = dense_forward(x, weight, bias), then
   // softmax_cross_entropy(logits, labels, grad_scale, dlogits, metrics), then
   // dense_backward_weights(x, dlogits, dweight, dbias) and, when dx is not nullptr,
@@ -300,8 +304,8 @@ struct BackendOptions {
 
 // The CPU engines of this build: native, and blas when it was built with OpenBLAS.
 std::vector<Engine> cpu_engines();
-// The CUDA engines of this build: native, cublas, fused, and cudnn when it was built with cuDNN (empty
-// without CUDA).
+// The CUDA engines of this build: native, cublas, fused, and cudnn when it was built with cuDNN
+// (empty without CUDA).
 std::vector<Engine> cuda_engines();
 
 // Factories. make_cuda_backend throws a RuntimeError when the tool was built without CUDA, or when

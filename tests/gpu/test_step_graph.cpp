@@ -362,13 +362,17 @@ TEST_CASE("a worker's graph step matches its eager step bit for bit and waits on
   // restore in the middle breaks the step sequence (set again).
   const std::vector<std::string> common{"schedule.type=cosine", "schedule.warmup_steps=3",
                                         "train.steps=12", "train.global_batch=24"};
+  // Engines: native (every op its own kernel) and fused (the conv blocks and the head fused).
+  BackendOptions options;
+  options.engine = GENERATE(Engine::native, Engine::fused);
+  CAPTURE(to_string(options.engine));
   auto make_worker = [&](bool graph) {
     std::vector<std::string> overrides = common;
     overrides.push_back(graph ? "train.cuda_graph=true" : "train.cuda_graph=false");
     const Experiment e = parse_experiment(testing::small_network_yaml(), "graph.yaml", overrides);
     const Model model = Model::build(e.model);
     return std::make_unique<Worker>(RunInputs::make(e, model, data, nullptr, 1),
-                                    make_cuda_backend(0, BackendOptions{}), 0, 0);
+                                    make_cuda_backend(0, options), 0, 0);
   };
   std::unique_ptr<Worker> eager = make_worker(false), graph = make_worker(true);
   const Experiment& e = graph->inputs().experiment;

@@ -557,6 +557,9 @@ class CudaBackend final : public Backend {
   }
 
   // ---- fused ops (sizes the fused kernels do not take run the base class's chain) --------------
+  bool fuses_dense_head() const override {
+    return engine_ == Engine::fused;
+  }
   std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k) override {
     if (cuda::dense_head_supports(n, in, k)) return cuda::dense_head_workspace_floats(n, in, k);
     return Backend::dense_softmax_cross_entropy_workspace_floats(n, in, k);
@@ -622,7 +625,9 @@ class CudaBackend final : public Backend {
 
   // Engines cublas and cudnn run the dense layers through cuBLAS; native and fused run every
   // kernel hand-written.
-  bool uses_cublas() const { return engine_ == Engine::cublas || engine_ == Engine::cudnn; }
+  bool uses_cublas() const {
+    return engine_ == Engine::cublas || engine_ == Engine::cudnn;
+  }
 #if MNIST_HAVE_CUDNN
   bool use_cudnn(const Conv2dGeom& g) {
     return engine_ == Engine::cudnn && cudnn_->supports(g);
