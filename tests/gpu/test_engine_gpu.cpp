@@ -267,8 +267,9 @@ TEST_CASE("a stalled GPU worker is reported by the watchdog instead of hanging",
   }
 }
 
-TEST_CASE("50 steps on the GPU follow the CPU's loss curve from the same initial weights, per engine",
-          "[gpu][engine]") {
+TEST_CASE(
+    "50 steps on the GPU follow the CPU's loss curve from the same initial weights, per engine",
+    "[gpu][engine]") {
   // The seed's optimizer (Adam, lr 0.001) on the small network with every layer kind; both runs
   // start from Model::initial_params(seed) and draw the same dropout masks (counter-based).
   // Engines: native (every op its own kernel) and fused (the conv blocks and the head fused, the

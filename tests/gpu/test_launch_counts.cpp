@@ -194,9 +194,10 @@ TEST_CASE("bench reports the kernels, copies and host waits of a step, counted",
   }
 }
 
-TEST_CASE("the fused engine's graph step of the seed network: its kernels, and no host waits "
-          "between log steps",
-          "[gpu][counts][fused]") {
+TEST_CASE(
+    "the fused engine's graph step of the seed network: its kernels, and no host waits "
+    "between log steps",
+    "[gpu][counts][fused]") {
   using namespace mnist;
   const int batch = 8;
   const Experiment e = parse_experiment(
