@@ -147,7 +147,7 @@ TEST_CASE("the eager native step of the seed network: its kernels and host waits
         replica.backward(pass);
         OptimizerStep s;
         s.step = step + 1;
-        be.adam_update(model.param_count(), model.decayed_count(), s, replica.params(),
+        be.adam_update(model.param_count(), model.decayed_count(), s, nullptr, replica.params(),
                        replica.grads(), replica.moment1(), replica.moment2());
         if (log_step) be.copy_to_host(metrics, replica.metrics(), sizeof metrics);
       });
