@@ -87,6 +87,10 @@ class Backend {
   // synchronize(). Capturable; copy_to_host is not. (The worker still reads a log step's metrics
   // with copy_to_host, one wait per log step.)
   virtual void copy_to_host_async(void* dst, const void* src, std::size_t bytes) = 0;
+  // host memory from allocate_host -> backend, queued: the host may write src again only after
+  // synchronize(). Unlike copy_to_device, it never asks where src lives (no driver query per
+  // copy) and never waits.
+  virtual void copy_to_device_async(void* dst, const void* src, std::size_t bytes) = 0;
 
   // ---- data -----------------------------------------------------------------------------------
   // x[i, :] = images[indices[i], :] / 255 and y[i] = labels[indices[i]] for i < n. Assigns x, y.

@@ -268,7 +268,7 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
   if (g.uploads - g.uploads_done >= Graphs::kRingSlots) synchronize();
   int32_t* slot = g.ring + (g.uploads++ % Graphs::kRingSlots) * slice_n_;
   std::memcpy(slot, batch + slice_lo_, sizeof(int32_t) * slice_n_);
-  be.copy_to_device(indices_.data(), slot, sizeof(int32_t) * slice_n_);
+  be.copy_to_device_async(indices_.data(), slot, sizeof(int32_t) * slice_n_);
   enter(Phase::forward);
   enter(Phase::backward);
   be.replay(*g.step);

@@ -6,6 +6,7 @@
 // ones the trainer's code asks for.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -76,6 +77,16 @@ TEST_CASE("every backend call counts the launches, copies and host waits it issu
                counts(0, 0, 1, 1));
   check_counts(counted(be, [&] { be.copy_on_device(b.data(), a.data(), a.bytes()); }),
                counts(0, 0, 1, 0));
+  // From page-locked memory (allocate_host): queued, nothing waits.
+  {
+    float* pinned = static_cast<float*>(be.allocate_host(a.bytes()));
+    std::copy(host.begin(), host.end(), pinned);
+    check_counts(counted(be, [&] { be.copy_to_device_async(a.data(), pinned, a.bytes()); }),
+                 counts(0, 0, 1, 0));
+    be.copy_to_host(back.data(), a.data(), a.bytes());
+    CHECK(back == host);
+    be.release_host(pinned);
+  }
   check_counts(counted(be, [&] { be.copy_to_host(back.data(), b.data(), b.bytes()); }),
                counts(0, 0, 1, 1));
   check_counts(counted(be, [&] { be.synchronize(); }), counts(0, 0, 0, 1));

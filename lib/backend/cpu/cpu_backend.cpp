@@ -91,6 +91,9 @@ class CpuBackend final : public Backend {
   void copy_to_host_async(void* dst, const void* src, std::size_t bytes) override {
     copy_to_host(dst, src, bytes);
   }
+  void copy_to_device_async(void* dst, const void* src, std::size_t bytes) override {
+    copy_to_device(dst, src, bytes);
+  }
 
   void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                     const int32_t* indices, int n, float* x, int32_t* y) override {

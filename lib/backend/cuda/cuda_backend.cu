@@ -243,6 +243,11 @@ class CudaBackend final : public Backend {
     cuda::count_copy(stream_);
     MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   }
+  void copy_to_device_async(void* dst, const void* src, std::size_t bytes) override {
+    activate();
+    cuda::count_copy(stream_);
+    MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
 
   // ---- data -----------------------------------------------------------------------------------
   void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
