@@ -24,9 +24,9 @@
 #   carry:     ["carry"]
 #   timeout_s: 420
 # The stages share a budget of $GPU_CHECK_BUDGET_S seconds (330 by default), cheapest and most
-# informative first: device query; gpu_tests; 20 steps of the seed config per engine against the
-# CPU's losses; the benchmark per engine (samples/s, cuDNN's chosen algorithms); the gradient
-# all-reduce (microseconds per call); two_gpu.yaml on every GPU (NCCL) and on one shared GPU; eager
+# informative first: device query; gpu_tests; 20 steps of the seed config per engine (native, cublas,
+# cudnn, fused) against the CPU's losses; the benchmark per engine (samples/s, cuDNN's chosen
+# algorithms); the gradient all-reduce (microseconds per call); two_gpu.yaml on every GPU (NCCL) and on one shared GPU; eager
 # PyTorch on the same network; compute-sanitizer, probed first, then memcheck of the GPU tests and
 # of a short training run, and racecheck. Each stage has a time limit: one that no longer fits in
 # what is left of the budget is SKIP ("budget spent"), never FAIL, as is one whose input (data,
@@ -501,9 +501,9 @@ engines() {
   if [[ $DEVICE == cpu ]]; then
     echo native
   elif ((HAVE_CUDNN)); then
-    echo native cublas cudnn
+    echo native cublas cudnn fused
   else
-    echo native cublas
+    echo native cublas fused
   fi
 }
 

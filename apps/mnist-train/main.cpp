@@ -317,6 +317,10 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--log-format", log_format, "standard or seed (the seed's Step:N:loss acc lines)");
   app.add_option("--gpus", gpus, "GPU ordinals to use, e.g. 0,1 (overrides devices.gpus)");
+  bool no_graph = false;
+  app.add_flag("--no-graph", no_graph,
+               "launch every CUDA kernel eagerly instead of replaying the captured step "
+               "(train.cuda_graph=false; for debugging and profiling)");
   std::string progress_mode = "auto";
   app.add_option("--progress", progress_mode,
                  "live status line on stderr: auto (when stderr is a terminal), always, never");
@@ -388,6 +392,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
+  if (no_graph) overrides.push_back("train.cuda_graph=false");
 
   // One write per message: under mpirun several ranks share the terminal.
   const std::string who =

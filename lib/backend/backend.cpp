@@ -71,7 +71,7 @@ void Backend::adam_update_partials(std::size_t n, std::size_t n_decay, const Opt
               parts);
   if (n > 0) copy_on_device(grads, partials, n * sizeof(float));
   for (int p = 1; p < parts; ++p) add(n, partials + static_cast<std::size_t>(p) * n, grads);
-  adam_update(n, n_decay, s, params, grads, m, v);
+  adam_update(n, n_decay, s, nullptr, params, grads, m, v);
 }
 
 void Backend::bn_relu_pool_forward(const PoolGeom&, const float*, const float*, const float*,

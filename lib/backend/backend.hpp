@@ -200,10 +200,14 @@ class Backend {
   // The mask of element e of the sample at global batch position first_sample + i is
   //   philox4x32(counter = (step, first_sample + i, e, 0), key) .v[0] -> uniform01 >= rate
   // so it depends only on (seed, layer, step, global sample, element). x, y: [n, per_sample].
+  // The step is step_scalars->step, read when the kernel runs, when step_scalars is not nullptr
+  // (a step captured once and replayed), else `step`.
   virtual void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                               uint32_t first_sample, const float* x, float* y) = 0;
+                               const StepScalars* step_scalars, uint32_t first_sample,
+                               const float* x, float* y) = 0;
   virtual void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                                uint32_t first_sample, const float* dy, float* dx) = 0;
+                                const StepScalars* step_scalars, uint32_t first_sample,
+                                const float* dy, float* dx) = 0;
 
   // ---- loss: softmax cross-entropy fused with accuracy -----------------------------------------
   // logits[n, k], labels int32[n]. Accumulates metrics[kLossSum] += sum of -log p(label),
@@ -213,30 +217,24 @@ class Backend {
                                      float grad_scale, float* dlogits, float* metrics) = 0;
 
   // ---- optimizers over the flat buffers (n values, the first n_decay of them decayed) ----------
+  // Adam: the learning rate, decay factor, bias corrections, epsilon and step are read from
+  // *step_scalars when the kernel runs when it is not nullptr (`s` then gives only the constants:
+  // betas, l2, decoupled_wd), else taken from `s`.
   virtual void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                           float* params, const float* grads, float* m, float* v) = 0;
+                           const StepScalars* step_scalars, float* params, const float* grads,
+                           float* m, float* v) = 0;
   virtual void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
                           const float* grads, float* velocity) = 0;
 
   // ---- per-step values in backend memory, for a step captured once and replayed ----------------
-  // The same ops as above, with the step number (dropout), learning rate, decay factor, bias
-  // corrections and epsilon (optimizer) read from a StepScalars in this backend's memory when the
-  // kernel runs, instead of taken by value. OptimizerStep still gives the constants (betas,
-  // momentum, l2, decoupled_wd, nesterov); its lr, epsilon and step are ignored.
+  // The step number (dropout), learning rate, decay factor, bias corrections and epsilon
+  // (optimizer) that dropout and adam_update read when given a StepScalars in this backend's
+  // memory.
   // Assigns *s = values (a kernel argument on CUDA: no host memory, no host wait).
   virtual void step_scalars_set(StepScalars* s, const StepScalars& values) = 0;
   // *s = step_scalars_next(*s, ...) (optimizer_rule.hpp), computed where *s lives.
   virtual void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
                                     bool tensorflow_epsilon) = 0;
-  virtual void dropout_forward(int n, int per_sample, float rate, RngKey key,
-                               const StepScalars* step, uint32_t first_sample, const float* x,
-                               float* y) = 0;
-  virtual void dropout_backward(int n, int per_sample, float rate, RngKey key,
-                                const StepScalars* step, uint32_t first_sample, const float* dy,
-                                float* dx) = 0;
-  virtual void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
-                           const StepScalars* step, float* params, const float* grads, float* m,
-                           float* v) = 0;
 
   // ---- a step captured once and replayed (CUDA graphs) -----------------------------------------
   // Backends that return true from supports_capture() (CUDA) record the calls made between
@@ -264,6 +262,10 @@ class Backend {
   // The default runs the chain (for the CPU backend: the CPU ops, the oracle of every fused
   // kernel); an engine may replace it with fewer kernels.
   //
+  // Engines that return true (CUDA fused) have the replica run its head, a last dense layer and
+  // the loss, as this one call in training; others make it the chain of ops (the CPU backend's
+  // twin of the fused kernel is that chain, so its results do not depend on the answer).
+  virtual bool fuses_dense_head() const { return false; }
   // The network's head and its loss: logits = dense_forward(x, weight, bias), then
   // softmax_cross_entropy(logits, labels, grad_scale, dlogits, metrics), then
   // dense_backward_weights(x, dlogits, dweight, dbias) and, when dx is not nullptr,
@@ -300,8 +302,8 @@ struct BackendOptions {
 
 // The CPU engines of this build: native, and blas when it was built with OpenBLAS.
 std::vector<Engine> cpu_engines();
-// The CUDA engines of this build: native, cublas, fused, and cudnn when it was built with cuDNN (empty
-// without CUDA).
+// The CUDA engines of this build: native, cublas, fused, and cudnn when it was built with cuDNN
+// (empty without CUDA).
 std::vector<Engine> cuda_engines();
 
 // Factories. make_cuda_backend throws a RuntimeError when the tool was built without CUDA, or when

@@ -173,12 +173,8 @@ class DropoutLayer final : public Layer {
       be().copy_on_device(y, x, sizeof(float) * ctx.n * per_sample);
       return;
     }
-    if (ctx.step_scalars)
-      be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step_scalars,
-                           ctx.first_sample, x, y);
-    else
-      be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.first_sample,
-                           x, y);
+    be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.step_scalars,
+                         ctx.first_sample, x, y);
   }
   void do_backward(const PassContext& ctx, const float*, const float*, const float* dy,
                    float* dx) override {
@@ -188,12 +184,8 @@ class DropoutLayer final : public Layer {
       be().copy_on_device(dx, dy, sizeof(float) * ctx.n * per_sample);
       return;
     }
-    if (ctx.step_scalars)
-      be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step_scalars,
-                            ctx.first_sample, dy, dx);
-    else
-      be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step,
-                            ctx.first_sample, dy, dx);
+    be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.step_scalars,
+                          ctx.first_sample, dy, dx);
   }
 };
 

@@ -35,6 +35,14 @@ Replica::Replica(const Model& model, Backend& backend, int max_batch)
     widest = std::max(widest, last.out.size());
     if (!layers_.back()->is_view()) activations_.emplace_back(backend, n * last.out.size());
   }
+  const LayerPlan& head = layers_.back()->plan();
+  if (backend.fuses_dense_head() && layers_.back()->span() == 1 &&
+      head.spec.kind == LayerKind::dense) {
+    fused_head_ = layers_.back().get();
+    workspace = std::max(workspace, backend.dense_softmax_cross_entropy_workspace_floats(
+                                        max_batch, static_cast<int>(head.in.size()),
+                                        static_cast<int>(head.out.size())));
+  }
   workspace_ = DeviceBuffer<float>(backend, std::max<std::size_t>(workspace, 1));
   for (auto& layer : layers_) layer->set_workspace(workspace_.data());
   grad_a_ = DeviceBuffer<float>(backend, n * widest);
@@ -55,25 +63,27 @@ void Replica::reset_metrics() {
   backend_.fill(metrics(), kMetricSlots, 0.0f);
 }
 
-const float* Replica::run_forward(const PassContext& ctx) {
+template <class Run>
+void Replica::timed(bool forward, int plan, Run&& run) {
+  if (!profile_) return run();
+  backend_.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  run();
+  backend_.synchronize();
+  (forward ? profile_->forward_ms : profile_->backward_ms)[plan] +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const float* Replica::run_forward(const PassContext& ctx, std::size_t end) {
   const float* x = input_.data();
   std::size_t act = 0;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
+  for (std::size_t i = 0; i < end; ++i) {
     if (layers_[i]->is_view()) {
       outputs_[i] = x;
       continue;
     }
     float* y = activations_[act++].data();
-    if (profile_) {
-      backend_.synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
-      layers_[i]->forward(ctx, x, y);
-      backend_.synchronize();
-      profile_->forward_ms[layers_[i]->plan().index] +=
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    } else {
-      layers_[i]->forward(ctx, x, y);
-    }
+    timed(true, layers_[i]->plan().index, [&] { layers_[i]->forward(ctx, x, y); });
     outputs_[i] = y;
     x = y;
   }
@@ -82,45 +92,62 @@ const float* Replica::run_forward(const PassContext& ctx) {
 
 const float* Replica::forward_logits(const PassContext& ctx) {
   MNIST_CHECK(!ctx.training, "forward_logits is for evaluation");
-  return run_forward(ctx);
+  return run_forward(ctx, layers_.size());
 }
 
 void Replica::forward_loss(const PassContext& ctx) {
-  const float* logits = run_forward(ctx);
+  const float* logits = run_forward(ctx, layers_.size());
   backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), 0.0f, nullptr,
                                  metrics());
 }
 
+// True when no layer before `index` computes anything: the gradient of layer `index`'s input is
+// the network input's, which nobody uses.
+static bool reaches_input(const std::vector<std::unique_ptr<Layer>>& layers, std::size_t index) {
+  return std::none_of(layers.begin(), layers.begin() + index,
+                      [](const auto& l) { return !l->is_view(); });
+}
+
 void Replica::forward_train(const PassContext& ctx, float grad_scale) {
   MNIST_CHECK(ctx.training, "forward_train needs a training pass");
-  const float* logits = run_forward(ctx);
-  backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), grad_scale,
-                                 dlogits_.data(), metrics());
+  if (!fused_head_) {
+    const float* logits = run_forward(ctx, layers_.size());
+    backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), grad_scale,
+                                   dlogits_.data(), metrics());
+    return;
+  }
+  // The head's forward, loss and backward in one call: its parameter gradients are assigned here
+  // and the gradient of its input goes to grad_a_, where backward() starts.
+  const std::size_t last = layers_.size() - 1;
+  const float* x = run_forward(ctx, last);
+  const LayerPlan& head = fused_head_->plan();
+  const auto slot = [&](float* base, int s) {
+    return s < 0 ? nullptr : base + model_.params()[s].offset;
+  };
+  float* dx = reaches_input(layers_, last) ? nullptr : grad_a_.data();
+  timed(true, head.index, [&] {
+    backend_.dense_softmax_cross_entropy(
+        ctx.n, static_cast<int>(head.in.size()), static_cast<int>(head.out.size()), x,
+        slot(params_.data(), head.weight), slot(params_.data(), head.bias), labels_.data(),
+        grad_scale, dx, slot(grads_.data(), head.weight), slot(grads_.data(), head.bias), metrics(),
+        workspace_.data());
+  });
+  outputs_[last] = nullptr;  // no logits are kept
 }
 
 void Replica::backward(const PassContext& ctx) {
-  // Walk back through the layers; dy of layer i is dx of layer i+1. Views pass dy through.
-  const float* dy = dlogits_.data();
+  // Walk back through the layers; dy of layer i is dx of layer i+1. Views pass dy through. A fused
+  // head has run its backward already and left its input's gradient in grad_a_.
+  const float* dy = fused_head_ ? grad_a_.data() : dlogits_.data();
   float* spare[2] = {grad_a_.data(), grad_b_.data()};
-  int next = 0;
-  for (std::size_t i = layers_.size(); i-- > 0;) {
+  int next = fused_head_ ? 1 : 0;
+  for (std::size_t i = layers_.size() - (fused_head_ ? 1 : 0); i-- > 0;) {
     Layer& layer = *layers_[i];
     if (layer.is_view()) continue;
     const float* x = i == 0 ? input_.data() : outputs_[i - 1];
     // The gradient of the network's input is never used: skip computing it.
-    const bool reaches_input = std::none_of(layers_.begin(), layers_.begin() + i,
-                                            [](const auto& l) { return !l->is_view(); });
-    float* dx = reaches_input ? nullptr : spare[next];
-    if (profile_) {
-      backend_.synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
-      layer.backward(ctx, x, outputs_[i], dy, dx);
-      backend_.synchronize();
-      profile_->backward_ms[layer.plan().index] +=
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    } else {
-      layer.backward(ctx, x, outputs_[i], dy, dx);
-    }
+    float* dx = reaches_input(layers_, i) ? nullptr : spare[next];
+    timed(false, layer.plan().index, [&] { layer.backward(ctx, x, outputs_[i], dy, dx); });
     dy = dx;
     next ^= 1;
   }

@@ -22,10 +22,12 @@ class Replica {
   int32_t* labels() const { return labels_.data(); }
 
   // forward_train: every layer, then softmax cross-entropy, which accumulates loss sum, correct
-  // count and sample count into metrics() and keeps the loss gradient. backward: gradients of
-  // (sum of per-sample losses) * grad_scale are ASSIGNED to grads() (callers use 1/global batch, so
-  // summing the replicas' gradients gives the gradient of the global batch's mean loss).
-  // Two calls so that callers can name the phase that failed.
+  // count and sample count into metrics() and keeps the loss gradient. (When the backend fuses the
+  // head, Backend::fuses_dense_head, a last dense layer runs with the loss as one call, its
+  // gradients and the gradient of its input included: backward starts below it.) backward:
+  // gradients of (sum of per-sample losses) * grad_scale are ASSIGNED to grads() (callers use
+  // 1/global batch, so summing the replicas' gradients gives the gradient of the global batch's
+  // mean loss). Two calls so that callers can name the phase that failed.
   void forward_train(const PassContext& ctx, float grad_scale);
   void backward(const PassContext& ctx);
   void forward_loss(const PassContext& ctx);  // evaluation: metrics only
@@ -59,7 +61,11 @@ class Replica {
   std::size_t device_bytes() const;  // memory this replica holds
 
  private:
-  const float* run_forward(const PassContext& ctx);
+  // Runs layers [0, end) from the input; returns the last one's output.
+  const float* run_forward(const PassContext& ctx, std::size_t end);
+  // Profiling: times `run` (synchronised around it) as the forward or backward of `plan`.
+  template <class Run>
+  void timed(bool forward, int plan, Run&& run);
 
   const Model& model_;
   Backend& backend_;
@@ -71,6 +77,8 @@ class Replica {
   std::vector<DeviceBuffer<float>> activations_;   // one per non-view layer output
   std::vector<const float*> outputs_;              // per layer: its output (aliases for views)
   DeviceBuffer<float> grad_a_, grad_b_, dlogits_;  // ping-pong activation gradients
+  // A last dense layer the backend runs with the loss (Backend::fuses_dense_head), or nullptr.
+  const Layer* fused_head_ = nullptr;
   LayerTimes* profile_ = nullptr;
 };
 

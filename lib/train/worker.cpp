@@ -73,8 +73,8 @@ void apply_optimizer_step(const OptimizerConfig& opt, const OptimizerStep& s, Re
   const Model& model = replica.model();
   Backend& be = replica.backend();
   if (opt.kind == OptimizerKind::adam)
-    be.adam_update(model.param_count(), model.decayed_count(), s, replica.params(), replica.grads(),
-                   replica.moment1(), replica.moment2());
+    be.adam_update(model.param_count(), model.decayed_count(), s, nullptr, replica.params(),
+                   replica.grads(), replica.moment1(), replica.moment2());
   else
     be.sgd_update(model.param_count(), model.decayed_count(), s, replica.params(), replica.grads(),
                   replica.moment1());

@@ -107,8 +107,8 @@ TEST_CASE("dropout masks are bit-identical to the CPU and to the Philox contract
         // Nonzero inputs: a zero output then means "dropped" and nothing else.
         auto x = upload(g, random_floats(total, 21 + n, 0.5f, 1.5f));
         auto y = poisoned(g, total);
-        cpu().dropout_forward(n, per_sample, rate, key, step, first_sample, x.c(), y.c());
-        g.dropout_forward(n, per_sample, rate, key, step, first_sample, x.g(), y.g());
+        cpu().dropout_forward(n, per_sample, rate, key, step, nullptr, first_sample, x.c(), y.c());
+        g.dropout_forward(n, per_sample, rate, key, step, nullptr, first_sample, x.g(), y.g());
         expect_close(g, y, 0.0, 1e-6, "dropout_forward");
         const auto got = download(g, y.gpu), want = download(cpu(), y.cpu);
         std::size_t mask_mismatch = 0, contract_mismatch = 0, kept = 0;
@@ -131,8 +131,9 @@ TEST_CASE("dropout masks are bit-identical to the CPU and to the Philox contract
         }
         auto dy = upload(g, random_floats(total, 22 + n, -1.0f, 1.0f));
         auto dx = poisoned(g, total);
-        cpu().dropout_backward(n, per_sample, rate, key, step, first_sample, dy.c(), dx.c());
-        g.dropout_backward(n, per_sample, rate, key, step, first_sample, dy.g(), dx.g());
+        cpu().dropout_backward(n, per_sample, rate, key, step, nullptr, first_sample, dy.c(),
+                               dx.c());
+        g.dropout_backward(n, per_sample, rate, key, step, nullptr, first_sample, dy.g(), dx.g());
         expect_close(g, dx, 0.0, 1e-6, "dropout_backward");
       }
     }
@@ -189,8 +190,8 @@ TEST_CASE("Adam and SGD steps match the CPU over several steps", "[gpu][optimize
       for (int step = 1; step <= 3; ++step) {
         s.step = step;
         auto grads = upload(g, random_floats(n, 50 * step + n, -1.0f, 1.0f));
-        cpu().adam_update(n, n_decay, s, params.c(), grads.c(), m.c(), v.c());
-        g.adam_update(n, n_decay, s, params.g(), grads.g(), m.g(), v.g());
+        cpu().adam_update(n, n_decay, s, nullptr, params.c(), grads.c(), m.c(), v.c());
+        g.adam_update(n, n_decay, s, nullptr, params.g(), grads.g(), m.g(), v.g());
       }
       expect_close(g, params, 1e-6, 1e-5, "adam params");
       expect_close(g, m, 1e-7, 1e-5, "adam m");

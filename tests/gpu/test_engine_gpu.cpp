@@ -267,14 +267,21 @@ TEST_CASE("a stalled GPU worker is reported by the watchdog instead of hanging",
   }
 }
 
-TEST_CASE("50 steps on the GPU follow the CPU's loss curve from the same initial weights",
-          "[gpu][engine]") {
+TEST_CASE(
+    "50 steps on the GPU follow the CPU's loss curve from the same initial weights, per engine",
+    "[gpu][engine]") {
   // The seed's optimizer (Adam, lr 0.001) on the small network with every layer kind; both runs
   // start from Model::initial_params(seed) and draw the same dropout masks (counter-based).
+  // Engines: native (every op its own kernel) and fused (the conv blocks and the head fused, the
+  // step captured as one graph).
+  const std::string engine = GENERATE(as<std::string>{}, "native", "fused");
+  CAPTURE(engine);
   const std::vector<std::string> base = {"train.steps=50", "train.log_every=1",
                                          "optimizer.lr=0.001"};
-  const Run cpu = train(base);
-  const Run gpu = train(on_gpus("0", base));
+  static const Run cpu = train(base);
+  std::vector<std::string> on_gpu = on_gpus("0", base);
+  on_gpu.push_back("devices.engine=" + engine);
+  const Run gpu = train(on_gpu);
   REQUIRE(cpu.losses.size() == 50);
   REQUIRE(gpu.losses.size() == 50);
   // Tolerance: the kernels sum in different orders (float rounding, ~1e-7 relative per op) and

@@ -105,12 +105,12 @@ TEST_CASE("dropout and Adam reading step scalars match the same ops given the va
       CAPTURE(forward);
       const auto y = poisoned(g, total);
       if (forward) {
-        g.dropout_forward(n, per_sample, 0.4f, key, on_gpu.data(), 3, x.g(), y.g());
-        cpu().dropout_forward(n, per_sample, 0.4f, key, static_cast<uint32_t>(values.step), 3,
-                              x.c(), y.c());
+        g.dropout_forward(n, per_sample, 0.4f, key, 0, on_gpu.data(), 3, x.g(), y.g());
+        cpu().dropout_forward(n, per_sample, 0.4f, key, static_cast<uint32_t>(values.step), nullptr,
+                              3, x.c(), y.c());
       } else {
-        g.dropout_backward(n, per_sample, 0.4f, key, on_gpu.data(), 3, x.g(), y.g());
-        cpu().dropout_backward(n, per_sample, 0.4f, key, on_cpu.data(), 3, x.c(), y.c());
+        g.dropout_backward(n, per_sample, 0.4f, key, 0, on_gpu.data(), 3, x.g(), y.g());
+        cpu().dropout_backward(n, per_sample, 0.4f, key, 0, on_cpu.data(), 3, x.c(), y.c());
       }
       expect_close(g, y, 0.0, 0.0, forward ? "dropout forward" : "dropout backward");
     }
@@ -141,7 +141,7 @@ TEST_CASE("dropout and Adam reading step scalars match the same ops given the va
     auto v_value = upload(g, v0), v_device = upload(g, v0);
     const auto grad = upload(g, grads);
     const std::size_t decayed = static_cast<std::size_t>(n) / 2;
-    g.adam_update(n, decayed, o, by_value.g(), grad.g(), m_value.g(), v_value.g());
+    g.adam_update(n, decayed, o, nullptr, by_value.g(), grad.g(), m_value.g(), v_value.g());
     g.adam_update(n, decayed, o, on_gpu.data(), from_device.g(), grad.g(), m_device.g(),
                   v_device.g());
     cpu().adam_update(n, decayed, o, on_cpu.data(), from_device.c(), grad.c(), m_device.c(),
@@ -256,7 +256,7 @@ struct SeedStep {
     } else {
       mnist::OptimizerStep s = constants;
       s.step = step + 1;
-      be.adam_update(n, decayed, s, replica.params(), replica.grads(), replica.moment1(),
+      be.adam_update(n, decayed, s, nullptr, replica.params(), replica.grads(), replica.moment1(),
                      replica.moment2());
     }
   }
@@ -362,13 +362,17 @@ TEST_CASE("a worker's graph step matches its eager step bit for bit and waits on
   // restore in the middle breaks the step sequence (set again).
   const std::vector<std::string> common{"schedule.type=cosine", "schedule.warmup_steps=3",
                                         "train.steps=12", "train.global_batch=24"};
+  // Engines: native (every op its own kernel) and fused (the conv blocks and the head fused).
+  BackendOptions options;
+  options.engine = GENERATE(Engine::native, Engine::fused);
+  CAPTURE(to_string(options.engine));
   auto make_worker = [&](bool graph) {
     std::vector<std::string> overrides = common;
     overrides.push_back(graph ? "train.cuda_graph=true" : "train.cuda_graph=false");
     const Experiment e = parse_experiment(testing::small_network_yaml(), "graph.yaml", overrides);
     const Model model = Model::build(e.model);
     return std::make_unique<Worker>(RunInputs::make(e, model, data, nullptr, 1),
-                                    make_cuda_backend(0, BackendOptions{}), 0, 0);
+                                    make_cuda_backend(0, options), 0, 0);
   };
   std::unique_ptr<Worker> eager = make_worker(false), graph = make_worker(true);
   const Experiment& e = graph->inputs().experiment;

@@ -50,6 +50,16 @@ TEST_CASE("dry run validates, prints the layer table and exits 0", "[cli]") {
   CHECK(scaled.output.find("trainable parameters: 61996") != std::string::npos);
 }
 
+TEST_CASE("--no-graph turns the captured CUDA step off: the resolved config says so", "[cli]") {
+  const Result graph = run_cli("--config configs/seed_single_gpu.yaml --dry-run");
+  CHECK(graph.code == 0);
+  CHECK(graph.output.find("cuda_graph: true") != std::string::npos);
+  const Result eager = run_cli("--config configs/seed_single_gpu.yaml --no-graph --dry-run");
+  INFO(eager.output);
+  CHECK(eager.code == 0);
+  CHECK(eager.output.find("cuda_graph: false") != std::string::npos);
+}
+
 TEST_CASE("a missing config file is a usage error (exit 2) naming the file", "[cli]") {
   const Result r = run_cli("--config configs/does_not_exist.yaml");
   INFO(r.output);

@@ -52,7 +52,7 @@ TEST_CASE("every enum's table spells each value once and reads it back", "[confi
 TEST_CASE("the engine table says which backend runs each engine", "[config]") {
   CHECK(engines_of(BackendChoice::cpu) == std::vector<Engine>{Engine::native, Engine::blas});
   CHECK(engines_of(BackendChoice::cuda) ==
-        std::vector<Engine>{Engine::native, Engine::cublas, Engine::cudnn});
+        std::vector<Engine>{Engine::native, Engine::cublas, Engine::cudnn, Engine::fused});
   CHECK(engines_of(BackendChoice::auto_select).size() == spellings(Engine{}).size());
 }
 

@@ -38,6 +38,12 @@ namespace {
 // Cache-line alignment: no false sharing between buffers, aligned vector loads.
 constexpr std::size_t kAlignment = 64;
 
+// Dropout's step: the StepScalars' when given (read in place: this backend's memory is the
+// host's), else the value.
+uint32_t step_of(uint32_t step, const StepScalars* step_scalars) {
+  return step_scalars ? static_cast<uint32_t>(step_scalars->step) : step;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options)
@@ -200,12 +206,16 @@ class CpuBackend final : public Backend {
   }
 
   void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                       uint32_t first_sample, const float* x, float* y) override {
-    cpu::dropout_forward(n, per_sample, rate, key, step, first_sample, x, y, threads_);
+                       const StepScalars* step_scalars, uint32_t first_sample, const float* x,
+                       float* y) override {
+    cpu::dropout_forward(n, per_sample, rate, key, step_of(step, step_scalars), first_sample, x, y,
+                         threads_);
   }
   void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                        uint32_t first_sample, const float* dy, float* dx) override {
-    cpu::dropout_backward(n, per_sample, rate, key, step, first_sample, dy, dx, threads_);
+                        const StepScalars* step_scalars, uint32_t first_sample, const float* dy,
+                        float* dx) override {
+    cpu::dropout_backward(n, per_sample, rate, key, step_of(step, step_scalars), first_sample, dy,
+                          dx, threads_);
   }
 
   void softmax_cross_entropy(int n, int k, const float* logits, const int32_t* labels,
@@ -213,9 +223,13 @@ class CpuBackend final : public Backend {
     cpu::softmax_cross_entropy(n, k, logits, labels, grad_scale, dlogits, metrics, threads_);
   }
 
-  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
-                   const float* grads, float* m, float* v) override {
-    cpu::adam_update(n, n_decay, s, params, grads, m, v, threads_);
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                   const StepScalars* step_scalars, float* params, const float* grads, float* m,
+                   float* v) override {
+    if (step_scalars)
+      cpu::adam_update(n, n_decay, s, *step_scalars, params, grads, m, v, threads_);
+    else
+      cpu::adam_update(n, n_decay, s, params, grads, m, v, threads_);
   }
   void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
                   const float* grads, float* velocity) override {
@@ -233,21 +247,6 @@ class CpuBackend final : public Backend {
   void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
                             bool tensorflow_epsilon) override {
     *s = step_scalars_next(*s, beta1, beta2, epsilon, tensorflow_epsilon);
-  }
-  void dropout_forward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
-                       uint32_t first_sample, const float* x, float* y) override {
-    dropout_forward(n, per_sample, rate, key, static_cast<uint32_t>(step->step), first_sample, x,
-                    y);
-  }
-  void dropout_backward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
-                        uint32_t first_sample, const float* dy, float* dx) override {
-    dropout_backward(n, per_sample, rate, key, static_cast<uint32_t>(step->step), first_sample, dy,
-                     dx);
-  }
-  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
-                   const StepScalars* step, float* params, const float* grads, float* m,
-                   float* v) override {
-    cpu::adam_update(n, n_decay, constants, *step, params, grads, m, v, threads_);
   }
 
   void scale(std::size_t n, float alpha, float* x) override { cpu::scale(n, alpha, x, threads_); }

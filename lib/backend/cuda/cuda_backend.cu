@@ -428,14 +428,18 @@ class CudaBackend final : public Backend {
 
   // ---- dropout --------------------------------------------------------------------------------
   void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                       uint32_t first_sample, const float* x, float* y) override {
+                       const StepScalars* step_scalars, uint32_t first_sample, const float* x,
+                       float* y) override {
     activate();
-    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, nullptr, first_sample, x, y);
+    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, step_scalars, first_sample, x,
+                          y);
   }
   void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                        uint32_t first_sample, const float* dy, float* dx) override {
+                        const StepScalars* step_scalars, uint32_t first_sample, const float* dy,
+                        float* dx) override {
     activate();
-    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, nullptr, first_sample, dy, dx);
+    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, step_scalars, first_sample, dy,
+                           dx);
   }
 
   // ---- loss -----------------------------------------------------------------------------------
@@ -446,10 +450,13 @@ class CudaBackend final : public Backend {
   }
 
   // ---- optimizers -----------------------------------------------------------------------------
-  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
-                   const float* grads, float* m, float* v) override {
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
+                   const StepScalars* step_scalars, float* params, const float* grads, float* m,
+                   float* v) override {
     activate();
     MNIST_CHECK(n_decay <= n, "{}: adam_update with n_decay {} > n {}", name_, n_decay, n);
+    if (step_scalars)
+      return cuda::adam_update(stream_, n, n_decay, s, step_scalars, params, grads, m, v);
     MNIST_CHECK(s.step >= 1, "{}: adam_update needs a 1-based step, got {}", name_, s.step);
     cuda::adam_update(stream_, n, n_decay, s, params, grads, m, v);
   }
@@ -469,23 +476,6 @@ class CudaBackend final : public Backend {
                             bool tensorflow_epsilon) override {
     activate();
     cuda::step_scalars_advance(stream_, s, beta1, beta2, epsilon, tensorflow_epsilon);
-  }
-  void dropout_forward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
-                       uint32_t first_sample, const float* x, float* y) override {
-    activate();
-    cuda::dropout_forward(stream_, n, per_sample, rate, key, 0, step, first_sample, x, y);
-  }
-  void dropout_backward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
-                        uint32_t first_sample, const float* dy, float* dx) override {
-    activate();
-    cuda::dropout_backward(stream_, n, per_sample, rate, key, 0, step, first_sample, dy, dx);
-  }
-  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
-                   const StepScalars* step, float* params, const float* grads, float* m,
-                   float* v) override {
-    activate();
-    MNIST_CHECK(n_decay <= n, "{}: adam_update with n_decay {} > n {}", name_, n_decay, n);
-    cuda::adam_update(stream_, n, n_decay, constants, step, params, grads, m, v);
   }
 
   // ---- capture and replay (CUDA graphs) -------------------------------------------------------
@@ -558,6 +548,9 @@ class CudaBackend final : public Backend {
   }
 
   // ---- fused ops (sizes the fused kernels do not take run the base class's chain) --------------
+  bool fuses_dense_head() const override {
+    return engine_ == Engine::fused;
+  }
   std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k) override {
     if (cuda::dense_head_supports(n, in, k)) return cuda::dense_head_workspace_floats(n, in, k);
     return Backend::dense_softmax_cross_entropy_workspace_floats(n, in, k);
