@@ -61,7 +61,9 @@ constexpr uint64_t kSeedEagerStepDeviceCopies = 3;
 // The fused engine's step of the seed network, captured as one graph and replayed (Worker with
 // train.cuda_graph, one replica), as measured by this test: what the fused engine has reached.
 // Issue 16's target is at most 12; what stands between is listed in docs/gpu_speed.md.
-constexpr uint64_t kSeedFusedGraphStepKernels = 48;
+// 48 before the two conv blocks ran fused (bn_relu_pool_*, conv_block.cu): 36 since, six fewer per
+// block.
+constexpr uint64_t kSeedFusedGraphStepKernels = 36;
 
 }  // namespace
 

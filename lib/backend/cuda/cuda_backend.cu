@@ -17,6 +17,7 @@
 #include "backend/cuda/batch_norm.hpp"
 #include "backend/cuda/channel_reduce.cuh"
 #include "backend/cuda/conv2d.hpp"
+#include "backend/cuda/conv_block.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/dense.hpp"
 #include "backend/cuda/dense_head.hpp"
@@ -581,6 +582,46 @@ class CudaBackend final : public Backend {
     MNIST_CHECK(s.step >= 1, "{}: adam_update_partials needs a 1-based step, got {}", name_,
                 s.step);
     cuda::adam_update_partials(stream_, n, n_decay, s, params, partials, parts, grads, m, v);
+  }
+
+  // ---- fused conv block: batch_norm apply -> relu -> 2x2 max_pool (conv_block.cu) ------------
+  // Engine fused only: the other engines stay the separate kernels they are measured as.
+  bool fuses_conv_block(const PoolGeom& g) const override {
+    return engine_ == Engine::fused && cuda::conv_block_supports(g);
+  }
+  void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
+                            const float* invstd, const float* gamma, const float* beta, float* y,
+                            uint8_t* mask) override {
+    activate();
+    check_conv_block(g, "bn_relu_pool_forward");
+    cuda::bn_relu_pool_forward(stream_, g, x, mean, invstd, gamma, beta, y, mask);
+  }
+  void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                    const float* x, const float* mean, const float* invstd,
+                                    float* sum_dy, float* sum_dy_xhat) override {
+    activate();
+    check_conv_block(g, "bn_relu_pool_backward_reduce");
+    cuda::bn_relu_pool_backward_reduce(stream_, g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat,
+                                       scratch_);
+  }
+  void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                   const float* x, const float* mean, const float* invstd,
+                                   const float* gamma, const float* sum_dy,
+                                   const float* sum_dy_xhat, double count, float* dx) override {
+    activate();
+    check_conv_block(g, "bn_relu_pool_backward_apply");
+    cuda::bn_relu_pool_backward_apply(stream_, g, dy, mask, x, mean, invstd, gamma, sum_dy,
+                                      sum_dy_xhat, count, dx);
+  }
+  // The base class's refusal for the other engines, and the pools the kernels take.
+  void check_conv_block(const PoolGeom& g, const char* op) const {
+    MNIST_CHECK(engine_ == Engine::fused, "{}: {} is run by the engine 'fused' only, not '{}'",
+                name_, op, to_string(engine_));
+    MNIST_CHECK(g.n >= 0 && g.c >= 0 && cuda::conv_block_supports(g),
+                "{}: {} takes 2x2 pooling with stride 2, no padding and out = in / 2; got n {}, "
+                "c {}, {}x{} -> {}x{}, window {}x{}, stride {}x{}, padding {}x{}",
+                name_, op, g.n, g.c, g.h, g.w, g.out_h, g.out_w, g.size_h, g.size_w, g.stride_h,
+                g.stride_w, g.pad_h, g.pad_w);
   }
 
  private:

@@ -54,6 +54,23 @@ inline float rsqrtf(float x) {
 inline int __popc(unsigned x) {
   return __builtin_popcount(x);
 }
+// Round-to-nearest float arithmetic that is never fused into an FMA (nvcc guarantees that for
+// these intrinsics). The host compiler must not fuse either: GCC contracts a*b + c in C++ under
+// -mfma, even across inlined calls, so each operand and result passes through a volatile, which
+// no contraction can see through.
+inline float emulated_unfused(float v) {
+  volatile float opaque = v;
+  return opaque;
+}
+inline float __fmul_rn(float a, float b) {
+  return emulated_unfused(emulated_unfused(a) * emulated_unfused(b));
+}
+inline float __fadd_rn(float a, float b) {
+  return emulated_unfused(emulated_unfused(a) + emulated_unfused(b));
+}
+inline float __fsub_rn(float a, float b) {
+  return emulated_unfused(emulated_unfused(a) - emulated_unfused(b));
+}
 
 // Atomics: every launch runs on one host thread at a time, but the read-modify-write is atomic
 // anyway, so the emulation stays right if that ever changes.
