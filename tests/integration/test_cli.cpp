@@ -50,7 +50,8 @@ TEST_CASE("dry run validates, prints the layer table and exits 0", "[cli]") {
   CHECK(scaled.output.find("trainable parameters: 61996") != std::string::npos);
 }
 
-TEST_CASE("--no-graph turns the captured CUDA step off: the resolved config says so", "[cli]") {
+TEST_CASE("flag --no-graph turns the captured CUDA step off: the resolved config says so",
+          "[cli]") {
   const Result graph = run_cli("--config configs/seed_single_gpu.yaml --dry-run");
   CHECK(graph.code == 0);
   CHECK(graph.output.find("cuda_graph: true") != std::string::npos);
