@@ -49,6 +49,13 @@ TEST_CASE("fill, scale, add and all_finite match the CPU", "[gpu][elementwise]")
     cpu().fill(a.c(), n, 0.625f);
     g.fill(a.g(), n, 0.625f);
     expect_close(g, a, 0.0, 0.0, "fill");
+    // Zeros take another path (a memset): over NaN poison, and -0.0f keeps its sign bit.
+    for (const float zero : {0.0f, -0.0f}) {
+      auto z = poisoned(g, n);
+      cpu().fill(z.c(), n, zero);
+      g.fill(z.g(), n, zero);
+      CHECK(same_bits(download(g, z.gpu), download(cpu(), z.cpu)));
+    }
     auto x = upload(g, random_floats(n, 3 + n, -2.0f, 2.0f));
     auto y = upload(g, random_floats(n, 4 + n, -2.0f, 2.0f));
     cpu().scale(n, -1.75f, x.c());
