@@ -294,8 +294,9 @@ class Backend {
 
 // How a backend is built. `engine` picks the implementation of the heavy ops (the engine table,
 // with the backends that run each, is config/spellings.cpp).
-// CUDA: native every kernel hand-written; cublas dense layers through cuBLAS;
-//   cudnn convolution and batch norm through cuDNN, dense through cuBLAS.
+// CUDA: native every kernel hand-written, one per op; cublas dense layers through cuBLAS;
+//   cudnn convolutions through cuDNN, dense through cuBLAS; fused hand-written, with the conv
+//   blocks (fuses_conv_block) and the head (fuses_dense_head) fused (docs/gpu_speed.md).
 // CPU (cpu_engines()): native direct convolutions with vector kernels for the CPU's instruction
 //   set; blas convolutions by im2col + OpenBLAS GEMM (only in builds with OpenBLAS).
 struct BackendOptions {
