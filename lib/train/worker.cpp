@@ -188,26 +188,56 @@ Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend>
     };
 }
 
-// The captured step: the graphs, the step scalars they read, the page-locked ring the indices
-// travel through, and what the host last told the device (to know when the scalars follow).
+// The captured step: the graphs, the step scalars they read, the device ring of batch indices
+// their gather reads, and what the host last told the device (to know when the scalars follow).
+//
+// The indices of kRingSteps steps go up in one copy: the worker draws them from its own sampler
+// (the trainer's rule: the batch of a step depends on (seed, step) alone), into slot
+// step % kRingSteps of the device ring, where the captured gather finds them by the device's step.
+// Each step still compares its own slice with the prediction, so a caller that draws batches
+// otherwise (a test's own, a benchmark's pool) gets exactly what it passed: that slot alone goes
+// up again.
 struct Worker::Graphs {
-  static constexpr int kRingSlots = 64;
+  static constexpr int kRingSteps = 64;
+  // Uploads (a fill of kRingSteps slices, or one corrected slice) that may be queued at once: each
+  // has its page-locked staging area, written again only when its copy has certainly run.
+  static constexpr int kStagings = 4;
   Backend& be;
   DeviceBuffer<StepScalars> scalars;
-  int32_t* ring = nullptr;  // kRingSlots x slice, page-locked host memory
+  DeviceBuffer<int32_t> ring;  // kRingSteps x slice, on the device
+  int32_t* staging = nullptr;  // kStagings x kRingSteps x slice, page-locked host memory
   std::unique_ptr<Backend::Captured> step, update;
-  int64_t next_step = -1;  // the step the device's scalars hold; -1: not set
-  double lr = 0;           // the learning rate they hold
-  // Uploads through the ring so far, and how many of them had certainly been copied at the last
-  // wait for the device (counted, not stepped: a restore sends the step number back).
+  int64_t next_step = -1;   // the step the device's scalars hold; -1: not set
+  double lr = 0;            // the learning rate they hold
+  int64_t ring_first = -1;  // the ring holds steps [ring_first, ring_first + kRingSteps); -1: none
+  // What the last fill put in each slot (host copy), and which slots a caller's own batch has
+  // replaced since.
+  std::vector<int32_t> predicted;
+  std::vector<char> replaced;
+  EpochSampler sampler;
+  std::vector<int32_t> global_batch;
+  // Uploads so far, and how many of them had certainly been copied at the last wait for the device
+  // (counted, not stepped: a restore sends the step number back).
   uint64_t uploads = 0, uploads_done = 0;
-  Graphs(Backend& backend, int slice) : be(backend), scalars(backend, 1) {
-    ring = static_cast<int32_t*>(
-        be.allocate_host(sizeof(int32_t) * kRingSlots * static_cast<std::size_t>(slice)));
+  Graphs(Backend& backend, int slice, int dataset_size, uint64_t seed, int global)
+      : be(backend),
+        scalars(backend, 1),
+        ring(backend, static_cast<std::size_t>(kRingSteps) * slice),
+        predicted(ring.size()),
+        replaced(kRingSteps, 0),
+        sampler(dataset_size, seed),
+        global_batch(global) {
+    staging = static_cast<int32_t*>(be.allocate_host(sizeof(int32_t) * kStagings * ring.size()));
   }
-  ~Graphs() { be.release_host(ring); }
+  ~Graphs() { be.release_host(staging); }
   Graphs(const Graphs&) = delete;
   Graphs& operator=(const Graphs&) = delete;
+  // The next staging area; waits for the device only when all kStagings may still be queued and
+  // nothing waited for the device since (a log step's metrics, an evaluation, a checkpoint).
+  int32_t* next_staging(Worker& worker) {
+    if (uploads - uploads_done >= kStagings) worker.synchronize();
+    return staging + (uploads++ % kStagings) * ring.size();
+  }
 };
 
 Worker::~Worker() = default;
@@ -227,7 +257,8 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
   const OptimizerConfig& opt = inputs_->experiment.optimizer;
   const bool tensorflow_epsilon = opt.epsilon_style == AdamEpsilon::tensorflow;
   if (!graphs_) {
-    graphs_ = std::make_unique<Graphs>(be, slice_n_);
+    graphs_ = std::make_unique<Graphs>(be, slice_n_, inputs_->data->train.count,
+                                       inputs_->experiment.seed, inputs_->plan.global_batch);
     // Capture: the same hops as the eager step, reading the step scalars.
     pass_.step_scalars = graphs_->scalars.data();
     const int pixels = inputs_->data->train.pixels_per_image();
@@ -240,8 +271,9 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
                               opt.epsilon, tensorflow_epsilon);
     };
     be.begin_capture();
-    be.gather_batch(train_pixels_.data(), train_labels_.data(), pixels, indices_.data(), slice_n_,
-                    replica_->input(), replica_->labels());
+    be.gather_batch(train_pixels_.data(), train_labels_.data(), pixels, graphs_->ring.data(),
+                    Graphs::kRingSteps, graphs_->scalars.data(), slice_n_, replica_->input(),
+                    replica_->labels());
     forward();
     backward();
     if (!sums_across_replicas()) capture_update();
@@ -262,13 +294,32 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
     g.lr = lr;
   }
   g.next_step = step + 1;
-  // The slice's indices through the page-locked ring: a slot is written again kRingSlots uploads
-  // later, by when its queued copy must have run; the device is waited for only if nothing waited
-  // for it in between (a log step's metrics read, an evaluation, a checkpoint).
-  if (g.uploads - g.uploads_done >= Graphs::kRingSlots) synchronize();
-  int32_t* slot = g.ring + (g.uploads++ % Graphs::kRingSlots) * slice_n_;
-  std::memcpy(slot, batch + slice_lo_, sizeof(int32_t) * slice_n_);
-  be.copy_to_device_async(indices_.data(), slot, sizeof(int32_t) * slice_n_);
+  // The step's indices: in the device ring since its last fill, unless the step lies outside it
+  // (then kRingSteps steps go up from this one) or the caller's batch is not the sampler's (then
+  // this step's slot goes up again). Queued copies from page-locked memory: nothing waits.
+  const std::size_t slice_bytes = sizeof(int32_t) * slice_n_;
+  const std::size_t slot = static_cast<std::size_t>(step % Graphs::kRingSteps) * slice_n_;
+  if (g.ring_first < 0 || step < g.ring_first || step >= g.ring_first + Graphs::kRingSteps) {
+    for (int64_t s = step; s < step + Graphs::kRingSteps; ++s) {
+      g.sampler.batch_indices(s, inputs_->plan.global_batch, g.global_batch.data());
+      std::memcpy(g.predicted.data() + (s % Graphs::kRingSteps) * slice_n_,
+                  g.global_batch.data() + slice_lo_, slice_bytes);
+    }
+    int32_t* fill = g.next_staging(*this);
+    std::memcpy(fill, g.predicted.data(), g.ring.bytes());
+    be.copy_to_device_async(g.ring.data(), fill, g.ring.bytes());
+    std::fill(g.replaced.begin(), g.replaced.end(), 0);
+    g.ring_first = step;
+  }
+  const bool predicted =
+      std::memcmp(g.predicted.data() + slot, batch + slice_lo_, slice_bytes) == 0;
+  char& replaced = g.replaced[step % Graphs::kRingSteps];
+  if (!predicted || replaced) {
+    int32_t* own = g.next_staging(*this);
+    std::memcpy(own, batch + slice_lo_, slice_bytes);
+    be.copy_to_device_async(g.ring.data() + slot, own, slice_bytes);
+    replaced = !predicted;
+  }
   enter(Phase::forward);
   enter(Phase::backward);
   be.replay(*g.step);
@@ -414,11 +465,15 @@ void Worker::gather_test(int begin, int n) {
 
 void Worker::metrics(float out[kMetricSlots]) {
   backend_->copy_to_host(out, replica_->metrics(), sizeof(float) * kMetricSlots);
-  if (graphs_) graphs_->uploads_done = graphs_->uploads;  // the copy waited for every step queued
+  caught_up();
 }
 
 void Worker::synchronize() {
   backend_->synchronize();
+  caught_up();
+}
+
+void Worker::caught_up() {
   if (graphs_) graphs_->uploads_done = graphs_->uploads;
 }
 
@@ -437,6 +492,7 @@ CheckpointState Worker::snapshot() {
     s.moment2.resize(n);
     backend_->copy_to_host(s.moment2.data(), replica_->moment2(), n * sizeof(float));
   }
+  caught_up();
   return s;
 }
 

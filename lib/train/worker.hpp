@@ -16,13 +16,14 @@
 // replayed. The per-step values (dropout's step, Adam's bias corrections, epsilon, learning rate)
 // live in a StepScalars on the device, advanced there by the last kernel of each replay; the host
 // sets them only when they do not follow (the first step, after a restore, a learning rate the
-// schedule changed). The slice's indices go to the device through a ring of page-locked host
-// slots, a queued copy each step that makes nothing wait. With one replica the step is one graph
-// (there is nothing to sum); with several, the all-reduce runs between the graph of gather,
-// forward and backward and the graph of the update. Eager instead: data.random_shift (host-side
-// augmentation), sync batch norm over several replicas (collectives inside the forward pass),
-// log_after_update, SGD (its update takes its values by value), and every backend that cannot
-// capture.
+// schedule changed). The captured gather reads the slice's indices from a device ring of 64 steps,
+// which the worker fills from its own sampler in one queued copy every 64 steps (a step whose
+// batch is not the sampler's sends its own slot again); nothing waits. With one replica the step is
+// one graph (there is nothing to sum); with several, the all-reduce runs between the graph of
+// gather, forward and backward and the graph of the update. Eager instead: data.random_shift
+// (host-side augmentation), sync batch norm over several replicas (collectives inside the forward
+// pass), log_after_update, SGD (its update takes its values by value), and every backend that
+// cannot capture.
 
 #include <cstdint>
 #include <functional>
@@ -147,6 +148,9 @@ class Worker {
   // The captured step (train.cuda_graph), when this worker's step can be captured.
   struct Graphs;
   bool can_capture() const;
+  // The host just waited for every call queued so far (a copy back, a synchronize): every queued
+  // upload of the captured step's indices has run, so their page-locked staging is free.
+  void caught_up();
   // True when there is more than one replica to sum over: every collective hop is skipped
   // otherwise, which for one replica changes no value and saves a communicator call per step.
   bool sums_across_replicas() const { return inputs_->comm && inputs_->replicas > 1; }

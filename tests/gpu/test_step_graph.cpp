@@ -406,3 +406,60 @@ TEST_CASE("a worker's graph step matches its eager step bit for bit and waits on
     if (step == 3) middle = b;
   }
 }
+
+TEST_CASE(
+    "the captured step's index ring: one upload per 64 steps, and a batch that is not the "
+    "sampler's trains as given",
+    "[gpu][graph]") {
+  using namespace mnist;
+  auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 20));
+  auto make_worker = [&](bool graph) {
+    const Experiment e =
+        parse_experiment(testing::small_network_yaml(), "ring.yaml",
+                         {"train.steps=100", "train.global_batch=24",
+                          graph ? "train.cuda_graph=true" : "train.cuda_graph=false"});
+    const Model model = Model::build(e.model);
+    return std::make_unique<Worker>(RunInputs::make(e, model, data, nullptr, 1),
+                                    make_cuda_backend(0, BackendOptions{}), 0, 0);
+  };
+  std::unique_ptr<Worker> eager = make_worker(false), graph = make_worker(true);
+  const Experiment& e = graph->inputs().experiment;
+  EpochSampler sampler(data->train.count, e.seed);
+  std::vector<int32_t> batch(24);
+  CheckpointState after_9;
+  // Steps 10 and 11 take a batch of the caller's own; then the state after step 9 comes back and
+  // step 10 runs again with the sampler's batch, whose slot the caller's batch had replaced.
+  const std::vector<int64_t> steps = [] {
+    std::vector<int64_t> s;
+    for (int64_t i = 0; i < 12; ++i) s.push_back(i);
+    for (int64_t i = 10; i < 70; ++i) s.push_back(i);
+    return s;
+  }();
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const int64_t step = steps[k];
+    const bool own = k == 10 || k == 11;
+    CAPTURE(k, step, own);
+    if (k == 12) {
+      eager->restore(after_9);
+      graph->restore(after_9);
+    }
+    sampler.batch_indices(step, 24, batch.data());
+    if (own)
+      for (int i = 0; i < 24; ++i) batch[i] = static_cast<int32_t>((95 - i * 3 - step) % 96);
+    const LaunchCounts e0 = eager->backend().counts(), g0 = graph->backend().counts();
+    eager->train_step(batch.data(), step, 1e-3, false);
+    graph->train_step(batch.data(), step, 1e-3, false);
+    const LaunchCounts ec = eager->backend().counts() - e0, gc = graph->backend().counts() - g0;
+    // The eager step sends its slice up every step. The replay sends nothing, except when the
+    // ring is filled (steps 0-63 at the first step, 64-127 at step 64; the restore stays inside
+    // the ring) or a slot must be sent again: the caller's own batches, then steps 10 and 11 again
+    // with the sampler's batches over the slots those replaced.
+    const bool upload = k == 0 || step == 64 || own || k == 12 || k == 13;
+    CHECK(gc.copies == ec.copies - (upload ? 0 : 1));
+    CHECK(gc.host_syncs == 0);
+    const CheckpointState a = eager->snapshot(), b = graph->snapshot();
+    REQUIRE(same_bits(a.params, b.params));
+    CHECK(same_bits(a.moment2, b.moment2));
+    if (k == 9) after_9 = b;
+  }
+}
