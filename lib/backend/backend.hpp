@@ -101,8 +101,8 @@ class Backend {
 
   // gather_batch of step s's indices, ring[(s % ring_steps) * n, ... + n), where s is step->step
   // when the kernel runs, so that the batches of ring_steps steps can be uploaded at once and a
-  // step captured once and replayed takes its own. ring: int32[ring_steps * n] (on device). Not
-  // yet used by the worker, which queues one copy of its slice per step from a page-locked ring.
+  // step captured once and replayed takes its own (Worker's captured step). ring:
+  // int32[ring_steps * n] (on device).
   virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
                             const int32_t* ring, int ring_steps, const StepScalars* step, int n,
                             float* x, int32_t* y) = 0;
