@@ -223,8 +223,7 @@ __global__ void bn_relu_pool_backward_apply_kernel(PoolGeom g, const float* dy, 
 }  // namespace
 
 bool conv_block_supports(const PoolGeom& g) {
-  return g.size_h == 2 && g.size_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
-         g.pad_w == 0 && g.out_h == g.h / 2 && g.out_w == g.w / 2 && g.out_h >= 1 && g.out_w >= 1;
+  return cpu::native::conv_block_pool_supported(g);
 }
 
 void bn_relu_pool_forward(cudaStream_t stream, const PoolGeom& g, const float* x, const float* mean,

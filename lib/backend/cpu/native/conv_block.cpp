@@ -11,11 +11,6 @@
 
 namespace mnist::cpu::native {
 
-bool conv_block_pool_supported(const PoolGeom& g) {
-  return g.size_h == 2 && g.size_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
-         g.pad_w == 0 && g.out_h == g.h / 2 && g.out_w == g.w / 2 && g.out_h >= 1 && g.out_w >= 1;
-}
-
 template <class T>
 void bn_relu_pool_forward(const PoolGeom& g, const T* x, const T* mean, const T* invstd,
                           const T* gamma, const T* beta, T* y, uint8_t* mask, int threads) {

@@ -18,8 +18,12 @@ namespace mnist::cpu::native {
 
 constexpr uint8_t kWinnerMask = 3, kPassedRelu = 4;
 
-// True for the pooling the fused block handles: 2x2 windows, stride 2, no padding.
-bool conv_block_pool_supported(const PoolGeom& g);
+// True for the pooling the fused block handles: 2x2 windows, stride 2, no padding. Inline: the
+// CUDA twin (cuda/conv_block.cu) applies the same rule.
+inline bool conv_block_pool_supported(const PoolGeom& g) {
+  return g.size_h == 2 && g.size_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
+         g.pad_w == 0 && g.out_h == g.h / 2 && g.out_w == g.w / 2 && g.out_h >= 1 && g.out_w >= 1;
+}
 
 // Assigns y = max_pool(relu((x - mean) * invstd * gamma + beta)) and mask (gamma nullptr = 1,
 // beta nullptr = 0).
