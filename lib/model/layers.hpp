@@ -65,13 +65,16 @@ class Layer {
   virtual std::size_t workspace_floats() const { return 0; }
   const LayerPlan& plan() const { return plan_; }
   void set_workspace(float* workspace) { bind_.workspace = workspace; }
+  // Views of a parameter slot of the plan (plan().weight, ...) in the replica's flat parameter
+  // and gradient buffers; nullptr for -1. (Public: a replica that runs a layer fused with the
+  // loss, Backend::fuses_dense_head, hands them to the backend.)
+  float* param(int slot) const;
+  float* grad(int slot) const;
 
  protected:
   virtual void do_forward(const PassContext& ctx, const float* x, float* y) = 0;
   virtual void do_backward(const PassContext& ctx, const float* x, const float* y, const float* dy,
                            float* dx) = 0;
-  float* param(int slot) const;  // view of a parameter slot, nullptr for -1
-  float* grad(int slot) const;
   float* state(int slot) const;
   Backend& be() const { return *bind_.backend; }
 

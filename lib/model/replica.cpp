@@ -121,15 +121,12 @@ void Replica::forward_train(const PassContext& ctx, float grad_scale) {
   const std::size_t last = layers_.size() - 1;
   const float* x = run_forward(ctx, last);
   const LayerPlan& head = fused_head_->plan();
-  const auto slot = [&](float* base, int s) {
-    return s < 0 ? nullptr : base + model_.params()[s].offset;
-  };
   float* dx = reaches_input(layers_, last) ? nullptr : grad_a_.data();
   timed(true, head.index, [&] {
     backend_.dense_softmax_cross_entropy(
         ctx.n, static_cast<int>(head.in.size()), static_cast<int>(head.out.size()), x,
-        slot(params_.data(), head.weight), slot(params_.data(), head.bias), labels_.data(),
-        grad_scale, dx, slot(grads_.data(), head.weight), slot(grads_.data(), head.bias), metrics(),
+        fused_head_->param(head.weight), fused_head_->param(head.bias), labels_.data(), grad_scale,
+        dx, fused_head_->grad(head.weight), fused_head_->grad(head.bias), metrics(),
         workspace_.data());
   });
   outputs_[last] = nullptr;  // no logits are kept
