@@ -620,6 +620,8 @@ class CudaBackend final : public Backend {
     cuda::bn_relu_pool_backward_apply(stream_, g, dy, mask, x, mean, invstd, gamma, sum_dy,
                                       sum_dy_xhat, count, dx);
   }
+
+ private:
   // The base class's refusal for the other engines, and the pools the kernels take.
   void check_conv_block(const PoolGeom& g, const char* op) const {
     MNIST_CHECK(engine_ == Engine::fused, "{}: {} is run by the engine 'fused' only, not '{}'",
@@ -630,8 +632,6 @@ class CudaBackend final : public Backend {
                 name_, op, g.n, g.c, g.h, g.w, g.out_h, g.out_w, g.size_h, g.size_w, g.stride_h,
                 g.stride_w, g.pad_h, g.pad_w);
   }
-
- private:
   void activate() {
     MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
   }
