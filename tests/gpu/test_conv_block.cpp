@@ -31,6 +31,7 @@
 #include "model/layers.hpp"
 #include "model/model.hpp"
 #include "model/replica.hpp"
+#include "support/pool_geom.hpp"
 #include "support/synthetic.hpp"
 
 using namespace gpu_test;
@@ -39,12 +40,7 @@ using mnist::PoolGeom;
 
 namespace {
 
-PoolGeom block_geom(int n, int c, int h, int w) {
-  PoolGeom g;
-  g.n = n, g.c = c, g.h = h, g.w = w;
-  g.out_h = h / 2, g.out_w = w / 2;
-  return g;
-}
+using mnist::testing::block_geom;
 
 // Multiples of 0.5 in [lo, hi]: with a power-of-two invstd the normalised values are exact, so
 // windows hold ties and exact zeros (the ReLU's edge) often.

@@ -16,6 +16,7 @@
 #include "model/model.hpp"
 #include "model/replica.hpp"
 #include "support/gradcheck.hpp"
+#include "support/pool_geom.hpp"
 #include "support/synthetic.hpp"
 
 using namespace mnist;
@@ -23,12 +24,7 @@ using namespace mnist::test;
 
 namespace {
 
-PoolGeom block_geom(int n, int c, int h, int w) {
-  PoolGeom g;
-  g.n = n, g.c = c, g.h = h, g.w = w;
-  g.out_h = h / 2, g.out_w = w / 2;
-  return g;
-}
+using mnist::testing::block_geom;
 
 }  // namespace
 
