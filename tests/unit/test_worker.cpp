@@ -109,17 +109,23 @@ TEST_CASE("a label outside the model's classes is a DataError at set-up, naming 
       Catch::Contains("'t10k-labels-idx1-ubyte': label 10 of test image 5"));
 }
 
+// Puts `w` in phase `p` of 0-based `step` since `since_ns` (WorkerStatus::enter takes the clock's
+// time; the watchdog's tests choose it).
+namespace {
+void busy(WorkerStatus& w, Phase p, int64_t since_ns, int64_t step) {
+  w.phase = static_cast<int>(p);
+  w.since_ns = since_ns;
+  w.step = step;
+}
+}  // namespace
+
 TEST_CASE("the watchdog names the worker longest in one phase, once past the limit",
           "[worker][watchdog]") {
   std::vector<WorkerStatus> workers(3);
   const std::vector<std::string> names = {"cpu0", "cpu1", "cpu2"};
   const int64_t s = 1'000'000'000;  // ns
-  workers[0].phase = static_cast<int>(Phase::reduce);
-  workers[0].since_ns = 8 * s;
-  workers[0].step = 6;
-  workers[1].phase = static_cast<int>(Phase::forward);
-  workers[1].since_ns = 5 * s;
-  workers[1].step = 6;
+  busy(workers[0], Phase::reduce, 8 * s, 6);
+  busy(workers[1], Phase::forward, 5 * s, 6);
   // worker 2 idle
   CHECK(find_stall(workers, names, 10.0, 14 * s) == "");  // 9 s in forward: within the limit
   const std::string stall = find_stall(workers, names, 10.0, 16 * s);
@@ -138,12 +144,8 @@ TEST_CASE("the watchdog names the worker holding the collective up, not one wait
   std::vector<WorkerStatus> workers(2);
   const std::vector<std::string> names = {"cpu0", "cpu1"};
   const int64_t s = 1'000'000'000;  // ns
-  workers[0].phase = static_cast<int>(Phase::reduce);
-  workers[0].since_ns = 1 * s;
-  workers[0].step = 2;
-  workers[1].phase = static_cast<int>(Phase::forward);
-  workers[1].since_ns = 2 * s;
-  workers[1].step = 2;
+  busy(workers[0], Phase::reduce, 1 * s, 2);
+  busy(workers[1], Phase::forward, 2 * s, 2);
   CHECK(find_stall(workers, names, 10.0, 12 * s) == "");  // cpu1 10 s in forward: not past it
   CHECK_THAT(find_stall(workers, names, 10.0, 13 * s),
              Catch::StartsWith("cpu1 stalled: step 3 has been in phase 'forward' for 11.0 s") &&
