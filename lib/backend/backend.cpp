@@ -1,4 +1,5 @@
-// Backend methods with a default: conv2d_forward_stats, conv2d_backward, dense_backward,
+// Backend methods with a default: conv2d_forward_stats, conv2d_backward, conv_block_backward,
+// dense_backward,
 // conv2d_forward_batch_norm, adam_update_and_advance, dense_softmax_cross_entropy and
 // adam_update_partials compose the calls they stand for (the CPU backend's fused ops, the oracle of
 // the CUDA kernels); the fused block's, which only some engines implement (see backend.hpp),
@@ -53,6 +54,15 @@ void Backend::conv2d_backward(const Conv2dGeom& g, const float* x, const float* 
                               float* workspace) {
   conv2d_backward_weights(g, x, dy, dweight, dbias, workspace);
   if (dx) conv2d_backward_data(g, dy, weight, dx, workspace);
+}
+
+void Backend::conv_block_backward(const Conv2dGeom& g, const ConvBlockGradient& block,
+                                  const float* x, const float* weight, float* dweight, float* dbias,
+                                  float* dx, float* dconv, float* workspace) {
+  bn_relu_pool_backward_apply(block.pool, block.dy, block.mask, block.conv_out, block.mean,
+                              block.invstd, block.gamma, block.sum_dy, block.sum_dy_xhat,
+                              block.count, dconv);
+  conv2d_backward(g, x, dconv, weight, dweight, dbias, dx, workspace);
 }
 
 void Backend::dense_backward(int n, int in, int out, const float* x, const float* dy,

@@ -204,6 +204,14 @@ class Backend {
                                            const float* gamma, const float* sum_dy,
                                            const float* sum_dy_xhat, double count, float* dx);
 
+  // bn_relu_pool_backward_apply of `block` into dconv [n, k, out_h, out_w], then conv2d_backward(g,
+  // x, dconv, weight, dweight, dbias, dx, workspace): a fused block's backward below its reduce.
+  // Engines may compute dconv where the convolution's backward reads it and never store it (then
+  // dconv is left as it was); the default makes the two calls.
+  virtual void conv_block_backward(const Conv2dGeom& g, const ConvBlockGradient& block,
+                                   const float* x, const float* weight, float* dweight,
+                                   float* dbias, float* dx, float* dconv, float* workspace);
+
   // ---- dense: x[n, in], weight[out, in], bias[out] or nullptr, y[n, out] -----------------------
   virtual void dense_forward(int n, int in, int out, const float* x, const float* weight,
                              const float* bias, float* y) = 0;  // assigns y

@@ -33,6 +33,21 @@ struct ChannelGeom {
   std::size_t count() const { return static_cast<std::size_t>(n) * static_cast<std::size_t>(hw); }
 };
 
+// What a fused conv block's batch norm hands its convolution's backward
+// (Backend::conv_block_backward): bn_relu_pool_backward_apply's inputs. pool: the block's 2x2
+// pooling (c: the convolution's output channels); dy, mask: [n, c, out_h, out_w]; conv_out:
+// [n, c, h, w]; per-channel arrays of c floats (gamma nullptr means 1); count: values per channel
+// in the normalisation group.
+struct ConvBlockGradient {
+  PoolGeom pool;
+  const float* dy = nullptr;
+  const uint8_t* mask = nullptr;
+  const float* conv_out = nullptr;
+  const float *mean = nullptr, *invstd = nullptr, *gamma = nullptr;
+  const float *sum_dy = nullptr, *sum_dy_xhat = nullptr;
+  double count = 0;
+};
+
 // What batch_norm_finalize takes besides the sums (Backend::batch_norm_finalize's contract), for a
 // fused op that takes the sums itself and then finalizes them (Backend::conv2d_forward_batch_norm):
 // count values per channel; assigns mean and invstd, updates running_mean and running_var in place.

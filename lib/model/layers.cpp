@@ -329,11 +329,22 @@ class ConvBlockLayer final : public Layer {
     if (bn_.beta >= 0) be().copy_on_device(grad(bn_.beta), sum_dy, sizeof(float) * c);
     if (bn_.gamma >= 0) be().copy_on_device(grad(bn_.gamma), sum_dy_xhat, sizeof(float) * c);
     if (ctx.all_reduce_sum) ctx.all_reduce_sum(grad_sums_.data(), grad_sums_.size());
-    be().bn_relu_pool_backward_apply(pg, dy, mask_.data(), conv_out_.data(), mean_.data(),
-                                     invstd_.data(), param(bn_.gamma), sum_dy, sum_dy_xhat,
-                                     group_count(ctx), dconv_.data());
-    be().conv2d_backward(conv2d_geom(plan_, ctx.n), x, dconv_.data(), param(plan_.weight),
-                         grad(plan_.weight), grad(plan_.bias), dx, bind_.workspace);
+    ConvBlockGradient block;
+    block.pool = pg;
+    block.dy = dy;
+    block.mask = mask_.data();
+    block.conv_out = conv_out_.data();
+    block.mean = mean_.data();
+    block.invstd = invstd_.data();
+    block.gamma = param(bn_.gamma);
+    block.sum_dy = sum_dy;
+    block.sum_dy_xhat = sum_dy_xhat;
+    block.count = group_count(ctx);
+    // The batch norm's gradient goes to the convolution's backward (engines may compute it where
+    // the convolution reads it instead of storing it in dconv_).
+    be().conv_block_backward(conv2d_geom(plan_, ctx.n), block, x, param(plan_.weight),
+                             grad(plan_.weight), grad(plan_.bias), dx, dconv_.data(),
+                             bind_.workspace);
   }
 
   const LayerPlan& bn_;

@@ -360,3 +360,107 @@ TEST_CASE("a seed-network replica on the fused engine runs conv blocks and match
     CHECK(std::abs(got.state[i] - want.state[i]) <= 1e-6 + 1e-5 * std::abs(want.state[i]));
   }
 }
+
+// conv_block_backward: the batch norm's backward apply computed where the convolution's backward
+// stages its dy (direct_conv.cu with conv_block_gradient.cuh), never stored. Against the same
+// engine's two calls (bn_relu_pool_backward_apply into dconv, then conv2d_backward): dweight and
+// dx bit for bit (the same float expressions, the same sums in the same order), in one launch,
+// dconv left untouched. Against the CPU twin (the same chain): the tolerances of the direct
+// convolution test (sum of `terms` products: atol 1e-6 * terms + 1e-6, rtol 1e-5), with the
+// staged values of magnitude up to ~4 (k <= 2, |d| <= 1, xhat terms) rather than 1: atol x4.
+TEST_CASE("conv_block_backward stages the batch norm's gradient inside the convolution's backward",
+          "[gpu][fused][conv_block]") {
+  Backend& g = gpu("fused");
+  struct Case {
+    const char* label;
+    int c, k, h, w, pad;  // 5x5 kernel, stride 1
+    std::vector<int> batches;
+  };
+  const std::vector<Case> cases{
+      {"seed conv1 (1->6, 28x28 same)", 1, 6, 28, 28, 2, {1, 7, 33}},
+      {"seed conv2 (6->12, 14x14 same)", 6, 12, 14, 14, 2, {1, 7, 33}},
+      {"1->6 9x13 valid (output 5x9: a dropped row and column)", 1, 6, 9, 13, 0, {1, 7}},
+  };
+  for (const Case& cs : cases) {
+    for (int n : cs.batches) {
+      for (const bool with_dx : {true, false}) {
+        INFO(cs.label << ", n " << n << (with_dx ? ", dx" : ", no dx"));
+        mnist::Conv2dGeom geo;
+        geo.n = n, geo.c = cs.c, geo.h = cs.h, geo.w = cs.w, geo.k = cs.k, geo.kh = geo.kw = 5;
+        geo.pad_h = geo.pad_w = cs.pad;
+        geo.out_h = cs.h + 2 * cs.pad - 4, geo.out_w = cs.w + 2 * cs.pad - 4;
+        REQUIRE(g.conv2d_algorithms(geo).backward_weights == "direct");
+        const PoolGeom pg = block_geom(n, cs.k, geo.out_h, geo.out_w);
+        const std::size_t x_size = static_cast<std::size_t>(n) * cs.c * cs.h * cs.w;
+        const std::size_t conv_size = static_cast<std::size_t>(n) * cs.k * geo.out_h * geo.out_w;
+        const std::size_t pooled = static_cast<std::size_t>(n) * cs.k * pg.out_h * pg.out_w;
+        const std::size_t w_size = static_cast<std::size_t>(cs.k) * cs.c * 25;
+        auto x = upload(g, random_floats(x_size, 2100 + n, -1.0f, 1.0f));
+        auto weight = upload(g, random_floats(w_size, 2101 + n, -1.0f, 1.0f));
+        auto conv_out = upload(g, halves(conv_size, 2102 + n, -2, 2));
+        auto mean = upload(g, random_floats(cs.k, 2103 + n, -0.25f, 0.25f));
+        auto invstd = upload(g, std::vector<float>(cs.k, 1.0f));
+        auto gamma = upload(g, random_floats(cs.k, 2104 + n, 0.5f, 2.0f));
+        auto sums =
+            upload(g, random_floats(2 * static_cast<std::size_t>(cs.k), 2105 + n, -3.0f, 3.0f));
+        auto dy = upload(g, random_floats(pooled, 2106 + n, -1.0f, 1.0f));
+        // A real mask: the forward of the block on these values (ties and zeros included).
+        auto y = poisoned(g, pooled);
+        auto mask = poisoned_mask(g, pooled);
+        g.bn_relu_pool_forward(pg, conv_out.g(), mean.g(), invstd.g(), gamma.g(), nullptr, y.g(),
+                               mask.g());
+        cpu().bn_relu_pool_forward(pg, conv_out.c(), mean.c(), invstd.c(), gamma.c(), nullptr,
+                                   y.c(), mask.c());
+        auto block_of = [&](bool on_gpu) {
+          mnist::ConvBlockGradient b;
+          b.pool = pg;
+          b.dy = on_gpu ? dy.g() : dy.c();
+          b.mask = on_gpu ? mask.g() : mask.c();
+          b.conv_out = on_gpu ? conv_out.g() : conv_out.c();
+          b.mean = on_gpu ? mean.g() : mean.c();
+          b.invstd = on_gpu ? invstd.g() : invstd.c();
+          b.gamma = on_gpu ? gamma.g() : gamma.c();
+          b.sum_dy = on_gpu ? sums.g() : sums.c();
+          b.sum_dy_xhat = (on_gpu ? sums.g() : sums.c()) + cs.k;
+          b.count = static_cast<double>(n) * geo.out_h * geo.out_w;
+          return b;
+        };
+        mnist::DeviceBuffer<float> ws_gpu(g,
+                                          std::max<std::size_t>(1, g.conv2d_workspace_floats(geo)));
+        mnist::DeviceBuffer<float> ws_cpu(
+            cpu(), std::max<std::size_t>(1, cpu().conv2d_workspace_floats(geo)));
+
+        // The two calls on the GPU.
+        auto dconv_chain = poisoned(g, conv_size);
+        auto dw_chain = poisoned(g, w_size);
+        auto dx_chain = poisoned(g, x_size);
+        const mnist::ConvBlockGradient b = block_of(true);
+        g.bn_relu_pool_backward_apply(pg, b.dy, b.mask, b.conv_out, b.mean, b.invstd, b.gamma,
+                                      b.sum_dy, b.sum_dy_xhat, b.count, dconv_chain.g());
+        g.conv2d_backward(geo, x.g(), dconv_chain.g(), weight.g(), dw_chain.g(), nullptr,
+                          with_dx ? dx_chain.g() : nullptr, ws_gpu.data());
+        // The fused call, and the CPU twin.
+        auto dconv = poisoned(g, conv_size);
+        auto dw = poisoned(g, w_size);
+        auto dx = poisoned(g, x_size);
+        const mnist::LaunchCounts c = counted(g, [&] {
+          g.conv_block_backward(geo, b, x.g(), weight.g(), dw.g(), nullptr,
+                                with_dx ? dx.g() : nullptr, dconv.g(), ws_gpu.data());
+        });
+        CHECK(c.kernels == 1);
+        CHECK(c.copies == 0);
+        CHECK(c.host_syncs == 0);
+        cpu().conv_block_backward(geo, block_of(false), x.c(), weight.c(), dw.c(), nullptr,
+                                  with_dx ? dx.c() : nullptr, dconv.c(), ws_cpu.data());
+        CHECK(same_bits(download(g, dw.gpu), download(g, dw_chain.gpu)));
+        CHECK(same_bits(download(g, dx.gpu), download(g, dx_chain.gpu)));
+        const std::vector<float> untouched = download(g, dconv.gpu);
+        CHECK(
+            std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
+        const double positions = static_cast<double>(n) * geo.out_h * geo.out_w;
+        expect_close(g, dw, 4 * (1e-6 * positions + 1e-6), 1e-5, "dweight");
+        if (with_dx) expect_close(g, dx, 4 * (1e-6 * cs.k * 25 + 1e-6), 1e-5, "dx");
+      }
+    }
+  }
+}

@@ -70,8 +70,10 @@ constexpr uint64_t kSeedEagerStepDeviceCopies = 4;
 // reduces and finalizes its batch-norm statistics (conv2d_forward_batch_norm: one launch, was 3),
 // 29 since Adam's last block advances the step scalars (adam_update_and_advance) and conv2's two
 // backward directions share one grid (conv2d_backward), 28 since dense1's do (dense_backward), 26
-// since the convolutions' weight gradients are summed inside their launch.
-constexpr uint64_t kSeedFusedGraphStepKernels = 26;
+// since the convolutions' weight gradients are summed inside their launch, 24 since each block's
+// batch-norm gradient is computed where its convolution's backward stages it
+// (conv_block_backward).
+constexpr uint64_t kSeedFusedGraphStepKernels = 24;
 
 }  // namespace
 

@@ -32,6 +32,7 @@
 #include <cstddef>
 
 #include "backend/cpu/native/conv_block.hpp"
+#include "backend/cuda/conv_block_gradient.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
 #include "core/error.hpp"
@@ -144,29 +145,6 @@ __global__ void __launch_bounds__(kThreads)
     sum_dy_xhat[c] = static_cast<float>(total_x * invstd[c]);
   }
   depart_last(counter);
-}
-
-// One channel's terms of the backward apply, as the CPU twin computes them.
-struct ApplyTerms {
-  float k, mean_dy, mean_dy_xhat, mean, invstd;
-};
-
-__device__ __forceinline__ ApplyTerms apply_terms(int ch, const float* mean, const float* invstd,
-                                                  const float* gamma, const float* sum_dy,
-                                                  const float* sum_dy_xhat, double count) {
-  ApplyTerms t;
-  t.k = __fmul_rn(gamma ? gamma[ch] : 1.0f, invstd[ch]);
-  t.mean_dy = static_cast<float>(sum_dy[ch] / count);
-  t.mean_dy_xhat = static_cast<float>(sum_dy_xhat[ch] / count);
-  t.mean = mean[ch];
-  t.invstd = invstd[ch];
-  return t;
-}
-
-// k * (d - mean_dy - (v - mean) * invstd * mean_dy_xhat), rounded step by step as the CPU does.
-__device__ __forceinline__ float apply_value(float d, float v, const ApplyTerms& t) {
-  const float xhat_term = __fmul_rn(__fmul_rn(__fsub_rn(v, t.mean), t.invstd), t.mean_dy_xhat);
-  return __fmul_rn(t.k, __fsub_rn(__fsub_rn(d, t.mean_dy), xhat_term));
 }
 
 __global__ void bn_relu_pool_backward_apply_kernel(PoolGeom g, const float* dy, const uint8_t* mask,

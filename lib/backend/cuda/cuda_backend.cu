@@ -19,9 +19,11 @@
 #include "backend/cuda/channel_reduce.cuh"
 #include "backend/cuda/conv2d.hpp"
 #include "backend/cuda/conv_block.hpp"
+#include "backend/cuda/conv_block_gradient.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/dense.hpp"
 #include "backend/cuda/dense_head.hpp"
+#include "backend/cuda/direct_conv.hpp"
 #include "backend/cuda/dropout.hpp"
 #include "backend/cuda/elementwise.hpp"
 #include "backend/cuda/fused_optimizer.hpp"
@@ -642,6 +644,21 @@ class CudaBackend final : public Backend {
   }
 
   // ---- fused conv block: batch_norm apply -> relu -> 2x2 max_pool (conv_block.cu) ------------
+  void conv_block_backward(const Conv2dGeom& g, const ConvBlockGradient& block, const float* x,
+                           const float* weight, float* dweight, float* dbias, float* dx,
+                           float* dconv, float* workspace) override {
+    activate();
+    check_conv_block(block.pool, "conv_block_backward");
+    // The direct kernels stage the gradient themselves; a bias (none after a batch norm) or other
+    // geometries take the two calls.
+    if (dbias || !cuda::direct_conv_supports(g) || block.pool.c > cuda::kBlockGradientChannels) {
+      return Backend::conv_block_backward(g, block, x, weight, dweight, dbias, dx, dconv,
+                                          workspace);
+    }
+    cuda::direct_conv2d_backward_block(stream_, g, block, x, weight, dweight, dx, block_counter_,
+                                       workspace);
+  }
+
   // Engine fused only: the other engines stay the separate kernels they are measured as.
   bool fuses_conv_block(const PoolGeom& g) const override {
     return engine_ == Engine::fused && cuda::conv_block_supports(g);

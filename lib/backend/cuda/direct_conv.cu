@@ -66,6 +66,7 @@
 
 #include "backend/batch_norm_rule.hpp"
 #include "backend/cuda/batch_norm.hpp"
+#include "backend/cuda/conv_block_gradient.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
 #include "core/error.hpp"
@@ -99,6 +100,8 @@ __shared__ Vec4 pool_storage[kPoolFloats / 4];
 
 // Set by arrive_last (launch.cuh) in forward_stats' blocks.
 __shared__ int last_block;
+// A BlockGradientSource's per-channel terms (conv_block_gradient.cuh).
+__shared__ ApplyTerms source_terms[kBlockGradientChannels];
 
 __device__ __forceinline__ float* pool() {
   return reinterpret_cast<float*>(pool_storage);
@@ -201,10 +204,11 @@ Tiling plan_weights(int c, int k, int kh, int kw, int owners, int max_parts, int
 }
 
 // Stages in[sample, 0..CIN, y0 - pad_h .., x0 - pad_w ..] as a CIN x th x tw tile, zeros outside
-// the input plane. Warps take rows, lanes take columns: no division.
-template <int CIN>
+// the input plane. Warps take rows, lanes take columns: no division. `in` is a source
+// (conv_block_gradient.cuh): memory, or values computed where they are staged.
+template <int CIN, class Source>
 __device__ __forceinline__ void stage_input_tile(const Correlation& a, int sample, int y0, int x0,
-                                                 int th, int tw, const float* in, float* tile) {
+                                                 int th, int tw, const Source& in, float* tile) {
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int ci = 0; ci < CIN; ++ci) {
     for (int yy = warp; yy < th; yy += warps) {
@@ -215,7 +219,7 @@ __device__ __forceinline__ void stage_input_tile(const Correlation& a, int sampl
       float* dst = tile + (ci * th + yy) * tw;
       for (int xx = lane; xx < tw; xx += 32) {
         const int gx = x0 - a.pad_w + xx;
-        dst[xx] = row_inside && gx >= 0 && gx < a.in_w ? in[row + gx] : 0.0f;
+        dst[xx] = row_inside && gx >= 0 && gx < a.in_w ? in(sample, ci, gy, gx, row + gx) : 0.0f;
       }
     }
   }
@@ -227,9 +231,9 @@ __device__ __forceinline__ void stage_input_tile(const Correlation& a, int sampl
 // nullptr the block also writes the sum and the sum of squares of its outputs per channel to
 // stats[block][2 * COUT] (sums first): fp32 per thread, a fixed butterfly of shuffles per
 // warp, then the warps in order in double.
-template <int CIN, int COUT, int KH, int KW>
+template <int CIN, int COUT, int KH, int KW, class Source>
 __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tiling& t,
-                                               const float* in, const float* bias, float* out,
+                                               const Source& in, const float* bias, float* out,
                                                double* stats, int block) {
   constexpr int P = pixels_per_thread(COUT);
   constexpr int kWeightFloats = round_up4(CIN * KH * KW * COUT);
@@ -352,7 +356,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   constexpr int kTaps = S::C * S::KH * S::KW;
   for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x)
     pool()[(i % kTaps) * S::K + i / kTaps] = weight[i];
-  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, x, bias, y, stats, blockIdx.x);
+  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, PlainSource{x}, bias, y, stats, blockIdx.x);
   if (!stats || !arrive_last(e.counter, last_block)) return;
 
   // The last block: every tile's sums, added in the reduce kernel's fixed order (so the bits are
@@ -376,10 +380,10 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 // backward_data's tile `block`: the correlation of dy with the weights transposed and flipped.
-template <class S>
+template <class S, class Source>
 __device__ __forceinline__ void backward_data_block(const Correlation& a, const Tiling& t,
-                                                    const float* dy, const float* weight, float* dx,
-                                                    int block) {
+                                                    const Source& dy, const float* weight,
+                                                    float* dx, int block) {
   // weight[k, c, r, s] -> pool[(k, KH-1-r, KW-1-s)][c]: transposed and flipped
   constexpr int kTaps = S::KH * S::KW;
   for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x) {
@@ -393,14 +397,14 @@ template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
     direct_conv2d_backward_data_kernel(S, Correlation a, Tiling t, const float* dy,
                                        const float* weight, float* dx) {
-  backward_data_block<S>(a, t, dy, weight, dx, blockIdx.x);
+  backward_data_block<S>(a, t, PlainSource{dy}, weight, dx, blockIdx.x);
 }
 
 // backward_weights' block `block` of `blocks`: tiles block, block + blocks, ..., in that order,
 // then the block's row of partial sums, partial[block][weights].
-template <class S>
+template <class S, class Source>
 __device__ __forceinline__ void backward_weights_block(const Correlation& a, const Tiling& t,
-                                                       const float* x, const float* dy,
+                                                       const float* x, const Source& dy,
                                                        double* partial, int block, int blocks) {
   constexpr int C = S::C, K = S::K, KH = S::KH, KW = S::KW;
   constexpr int KB = filters_per_thread(K), kGroups = K / KB, kOwners = C * KH * kGroups;
@@ -418,7 +422,7 @@ __device__ __forceinline__ void backward_weights_block(const Correlation& a, con
     const int sample = static_cast<int>(tile / t.tiles_per_sample);
     const int tile_index = static_cast<int>(tile % t.tiles_per_sample);
     const int y0 = tile_index / t.tiles_x * t.rows, x0 = tile_index % t.tiles_x * t.cols;
-    stage_input_tile<C>(a, sample, y0, x0, th, tw, x, x_tile);
+    stage_input_tile<C>(a, sample, y0, x0, th, tw, PlainSource{x}, x_tile);
     // dy tile, zeros past the output plane so the sums need no bounds checks. Warps take rows,
     // lanes take columns, as in stage_input_tile.
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -431,7 +435,8 @@ __device__ __forceinline__ void backward_weights_block(const Correlation& a, con
                                     : 0;
         for (int xx = lane; xx < t.cols; xx += 32) {
           const int ox = x0 + xx;
-          dy_tile[(yy * t.cols + xx) * K + ko] = oy < a.out_h && ox < a.out_w ? dy[row + ox] : 0.0f;
+          dy_tile[(yy * t.cols + xx) * K + ko] =
+              oy < a.out_h && ox < a.out_w ? dy(sample, ko, oy, ox, row + ox) : 0.0f;
         }
       }
     }
@@ -518,7 +523,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     direct_conv2d_backward_weights_kernel(S, Correlation a, Tiling t, const float* x,
                                           const float* dy, double* partial /* [grid, weights] */,
                                           double* group_sums, float* dweight, unsigned* counters) {
-  backward_weights_block<S>(a, t, x, dy, partial, blockIdx.x, gridDim.x);
+  backward_weights_block<S>(a, t, x, PlainSource{dy}, partial, blockIdx.x, gridDim.x);
   add_weight_partials<S>(partial, group_sums, dweight, counters, blockIdx.x, gridDim.x);
 }
 
@@ -526,13 +531,15 @@ __global__ void __launch_bounds__(kMaxThreads)
 // the rest backward_data's tiles. Neither reads what the other writes, so they share the launch
 // and the GPU (the two are of similar size for the seed network's conv2) instead of queueing.
 // The block size is the larger of the two plans'; each body leaves its extra threads idle.
-template <class S>
+// dy comes from a source (conv_block_gradient.cuh): memory, or a conv block's batch-norm gradient
+// computed as it is staged (Backend::conv_block_backward), never stored.
+template <class S, class Source>
 __global__ void __launch_bounds__(kMaxThreads)
     direct_conv2d_backward_kernel(S, Correlation forward, Tiling weight_tiles, int weight_blocks,
-                                  Correlation data, Tiling data_tiles, const float* x,
-                                  const float* dy, const float* weight, double* partial,
-                                  double* group_sums, float* dweight, unsigned* counters,
-                                  float* dx) {
+                                  Correlation data, Tiling data_tiles, const float* x, Source dy,
+                                  const float* weight, double* partial, double* group_sums,
+                                  float* dweight, unsigned* counters, float* dx) {
+  dy.prepare(source_terms);
   const int block = static_cast<int>(blockIdx.x);
   if (block < weight_blocks) {
     backward_weights_block<S>(forward, weight_tiles, x, dy, partial, block, weight_blocks);
@@ -756,31 +763,63 @@ void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const
   MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_data_kernel");
 }
 
-void direct_conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
-                            const float* dy, const float* weight, float* dweight, float* dx,
-                            unsigned* counters, float* workspace) {
+namespace {
+
+// Both directions (dx nullptr: the weights alone) in one launch, dy from `source`.
+template <class Source>
+void backward_both(cudaStream_t stream, const Conv2dGeom& g, const float* x, const Source& dy,
+                   const float* weight, float* dweight, float* dx, unsigned* counters,
+                   float* workspace, const char* what) {
   std::string why_not;
-  MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_backward: {}", why_not);
-  check_workspace(workspace, "direct_conv2d_backward");
+  MNIST_CHECK(direct_conv_supports(g, &why_not), "{}: {}", what, why_not);
+  check_workspace(workspace, what);
   with_shape(g, [&](auto shape) {
     using S = decltype(shape);
     const Plans p = make_plans<S>(g);
     double* partial = reinterpret_cast<double*>(workspace);
     if (g.n > 0) {
-      const long long blocks = p.weight_blocks + p.backward_data_tiles.tiles;
-      MNIST_CHECK(blocks <= INT_MAX, "direct_conv2d_backward: {} blocks exceed a grid's {}", blocks,
-                  INT_MAX);
-      MNIST_LAUNCH(direct_conv2d_backward_kernel, static_cast<unsigned>(blocks),
-                   std::max(p.weight_tiles.threads, p.backward_data_tiles.threads), 0, stream)
+      const long long data_tiles = dx ? p.backward_data_tiles.tiles : 0;
+      const long long blocks = p.weight_blocks + data_tiles;
+      MNIST_CHECK(blocks <= INT_MAX, "{}: {} blocks exceed a grid's {}", what, blocks, INT_MAX);
+      const int threads = dx ? std::max(p.weight_tiles.threads, p.backward_data_tiles.threads)
+                             : p.weight_tiles.threads;
+      MNIST_LAUNCH(direct_conv2d_backward_kernel, static_cast<unsigned>(blocks), threads, 0, stream)
       (shape, p.forward, p.weight_tiles, p.weight_blocks, p.backward_data, p.backward_data_tiles, x,
        dy, weight, partial, partial + static_cast<std::size_t>(p.weight_blocks) * S::kWeights,
        dweight, counters, dx);
-      MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_kernel");
+      MNIST_CUDA_LAUNCH_CHECK(stream, what);
       return;
     }
     // n == 0: no block runs; the reduce over zero blocks assigns zeros.
     reduce_partials(stream, S::kWeights, 0, partial, S::kWeights, dweight, nullptr);
   });
+}
+
+}  // namespace
+
+void direct_conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                            const float* dy, const float* weight, float* dweight, float* dx,
+                            unsigned* counters, float* workspace) {
+  backward_both(stream, g, x, PlainSource{dy}, weight, dweight, dx, counters, workspace,
+                "direct_conv2d_backward");
+}
+
+void direct_conv2d_backward_block(cudaStream_t stream, const Conv2dGeom& g,
+                                  const ConvBlockGradient& block, const float* x,
+                                  const float* weight, float* dweight, float* dx,
+                                  unsigned* counters, float* workspace) {
+  const PoolGeom& pg = block.pool;
+  MNIST_CHECK(pg.n == g.n && pg.c == g.k && pg.h == g.out_h && pg.w == g.out_w,
+              "direct_conv2d_backward_block: the block's pooling (batch {}, {} channels, {}x{}) "
+              "does not pool the convolution's output (batch {}, {} channels, {}x{})",
+              pg.n, pg.c, pg.h, pg.w, g.n, g.k, g.out_h, g.out_w);
+  MNIST_CHECK(pg.c <= kBlockGradientChannels,
+              "direct_conv2d_backward_block: {} channels; the staged gradient takes at most {}",
+              pg.c, kBlockGradientChannels);
+  BlockGradientSource source;
+  source.b = block;
+  backward_both(stream, g, x, source, weight, dweight, dx, counters, workspace,
+                "direct_conv2d_backward_block");
 }
 
 void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,

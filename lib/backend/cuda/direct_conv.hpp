@@ -53,8 +53,17 @@ void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, co
                                     float* workspace);
 // direct_conv2d_backward_weights and direct_conv2d_backward_data in one grid (the weights' blocks
 // first, then the data tiles): one launch, the same bits as the two calls.
+// dx may be nullptr (the weights alone).
 void direct_conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                             const float* dy, const float* weight, float* dweight, float* dx,
                             unsigned* counters, float* workspace);
+// direct_conv2d_backward of a fused conv block's convolution, its dy (the batch norm's gradient,
+// bn_relu_pool_backward_apply of `block`) computed where the kernels stage it and never stored:
+// one launch for the apply's and the convolution's, the same bits. block.pool must pool g's output
+// (at most 32 channels). dx may be nullptr.
+void direct_conv2d_backward_block(cudaStream_t stream, const Conv2dGeom& g,
+                                  const ConvBlockGradient& block, const float* x,
+                                  const float* weight, float* dweight, float* dx,
+                                  unsigned* counters, float* workspace);
 
 }  // namespace mnist::cuda
