@@ -63,8 +63,10 @@ constexpr uint64_t kSeedEagerStepDeviceCopies = 4;
 // train.cuda_graph, one replica), as measured by this test: what the fused engine has reached.
 // Issue 16's target is at most 12; what stands between is listed in docs/gpu_speed.md.
 // 48 before the two conv blocks ran fused (bn_relu_pool_*, conv_block.cu), 36 after (six fewer
-// per block), 35 since the metric reset is a memset.
-constexpr uint64_t kSeedFusedGraphStepKernels = 35;
+// per block), 35 since the metric reset is a memset, 26 since the dense layer's batch_norm ->
+// relu -> dropout runs as one kernel each way (dense_block.cu: 2 kernels for 6 forward and 5
+// backward).
+constexpr uint64_t kSeedFusedGraphStepKernels = 26;
 
 }  // namespace
 
