@@ -423,12 +423,12 @@ struct ReplicaResult {
   int all_reduces = 0;
 };
 
-// forward_train + backward of the seed network on `be` (7 samples), then an evaluation forward;
+// forward_train + backward of the network `yaml` on `be` (7 samples), then an evaluation forward;
 // with `sync`, ctx.all_reduce_sum is a one-replica all-reduce (it leaves the sums as they are and
 // counts its calls), so the layers take their sync batch norm path.
-ReplicaResult run_seed_replica(Backend& be, bool sync) {
+ReplicaResult run_replica(Backend& be, const std::string& yaml, bool sync) {
   using namespace mnist;
-  const Experiment e = parse_experiment(testing::seed_network_yaml(), "seed-network.yaml");
+  const Experiment e = parse_experiment(yaml, "network.yaml");
   const Model model = Model::build(e.model);
   const int n = 7;
   const std::vector<float> params = model.initial_params(e.seed);
@@ -509,8 +509,9 @@ TEST_CASE(
     "[gpu][fused][dense_block]") {
   const bool sync = GENERATE(false, true);
   CAPTURE(sync);
-  const ReplicaResult want = run_seed_replica(cpu(), sync);
-  const ReplicaResult got = run_seed_replica(gpu("fused"), sync);
+  const std::string yaml = mnist::testing::seed_network_yaml();
+  const ReplicaResult want = run_replica(cpu(), yaml, sync);
+  const ReplicaResult got = run_replica(gpu("fused"), yaml, sync);
   // conv blocks, flatten, dense, the dense block (batch_norm -> relu -> dropout), the head.
   CHECK(got.labels == std::vector<std::string>{
                           "0:conv2d+batch_norm+relu+max_pool", "4:conv2d+batch_norm+relu+max_pool",
@@ -520,5 +521,46 @@ TEST_CASE(
   // Sync batch norm: the same all-reduces on both sides, two per batch norm (its statistics, its
   // gradient sums).
   CHECK(want.all_reduces == (sync ? 6 : 0));
+  check_replica(want, got);
+}
+
+TEST_CASE(
+    "dense blocks without a dropout, before a dropout of rate 0, with gamma and first in the "
+    "network match the CPU",
+    "[gpu][fused][dense_block]") {
+  // Block 1 follows the flatten of the input (its input gradient is never needed: dx nullptr),
+  // block 4 has no dropout after it, block 7 a dropout of rate 0 (the identity); every batch norm
+  // learns gamma and beta.
+  const std::string yaml = R"(
+name: dense-blocks
+seed: 5
+data: {dataset: custom, dir: unused}
+model:
+  input: [1, 5, 5]
+  classes: 10
+  init: {type: truncated_normal, stddev: 0.1}
+  batch_norm: {decay: 0.9, epsilon: 0.001, center: true, scale: true}
+  layers:
+    - flatten: {}
+    - batch_norm: {}
+    - relu: {}
+    - dense: {units: 9, batchnorm: true, activation: relu}
+    - dense: {units: 13, batchnorm: true, activation: relu}
+    - dropout: {rate: 0.0}
+    - dense: {units: 10}
+devices: {backend: cpu}
+train: {steps: 1, global_batch: 7}
+optimizer: {type: adam, lr: 0.001}
+)";
+  const bool sync = GENERATE(false, true);
+  CAPTURE(sync);
+  const ReplicaResult want = run_replica(cpu(), yaml, sync);
+  const ReplicaResult got = run_replica(gpu("fused"), yaml, sync);
+  CHECK(got.labels == std::vector<std::string>{"0:flatten", "1:batch_norm+relu", "3:dense",
+                                               "4:batch_norm+relu", "6:dense",
+                                               "7:batch_norm+relu+dropout", "10:dense"});
+  // Block 1's gradient sums are not all-reduced (nobody needs its input gradient), as
+  // BatchNormLayer does.
+  CHECK(want.all_reduces == (sync ? 5 : 0));
   check_replica(want, got);
 }
