@@ -158,15 +158,18 @@ class DenseLayer final : public Layer {
   }
 };
 
+// A dropout's mask is keyed by (seed, layer index); its counters are (step, global sample,
+// element): see Backend. DropoutLayer and DenseBlockLayer draw it with this key.
+RngKey dropout_key(const PassContext& ctx, const LayerPlan& dropout) {
+  return make_rng_key(ctx.seed, 0x2000u + static_cast<uint32_t>(dropout.index));
+}
+
 class DropoutLayer final : public Layer {
  public:
   using Layer::Layer;
 
  private:
-  // Keyed by (seed, layer index); counters by (step, global sample, element): see Backend.
-  RngKey key(const PassContext& ctx) const {
-    return make_rng_key(ctx.seed, 0x2000u + static_cast<uint32_t>(plan_.index));
-  }
+  RngKey key(const PassContext& ctx) const { return dropout_key(ctx, plan_); }
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     const int per_sample = static_cast<int>(plan_.out.size());
     if (!ctx.training || plan_.spec.rate == 0.0f) {
@@ -380,7 +383,7 @@ class DenseBlockLayer final : public Layer {
   bool dropout_args(const PassContext& ctx, DropoutArgs& args) const {
     if (!dropout_ || dropout_->spec.rate == 0.0f) return false;
     args.rate = dropout_->spec.rate;
-    args.key = make_rng_key(ctx.seed, 0x2000u + static_cast<uint32_t>(dropout_->index));
+    args.key = dropout_key(ctx, *dropout_);
     args.step = ctx.step;
     args.step_scalars = ctx.step_scalars;
     args.first_sample = ctx.first_sample;
