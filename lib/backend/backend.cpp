@@ -1,4 +1,5 @@
-// Backend methods with a default: conv2d_forward_stats, dense_softmax_cross_entropy,
+// Backend methods with a default: conv2d_forward_stats, conv2d_backward, dense_backward,
+// conv2d_forward_batch_norm, adam_update_and_advance, dense_softmax_cross_entropy,
 // adam_update_partials and the dense block's two calls compose the calls they stand for (the CPU
 // backend's fused ops, the oracle of the CUDA kernels); the fused conv block's, which only some
 // engines implement (see backend.hpp), refuse, naming the backend, so a model that asked for a
@@ -46,6 +47,35 @@ void Backend::conv2d_forward_stats(const Conv2dGeom& g, const float* x, const fl
                                    float* workspace) {
   conv2d_forward(g, x, weight, bias, y, workspace);
   batch_norm_stats(ChannelGeom{g.n, g.k, g.out_h * g.out_w}, y, sum, sumsq);
+}
+
+void Backend::conv2d_backward(const Conv2dGeom& g, const float* x, const float* dy,
+                              const float* weight, float* dweight, float* dbias, float* dx,
+                              float* workspace) {
+  conv2d_backward_weights(g, x, dy, dweight, dbias, workspace);
+  if (dx) conv2d_backward_data(g, dy, weight, dx, workspace);
+}
+
+void Backend::dense_backward(int n, int in, int out, const float* x, const float* dy,
+                             const float* weight, float* dweight, float* dbias, float* dx) {
+  dense_backward_weights(n, in, out, x, dy, dweight, dbias);
+  if (dx) dense_backward_data(n, in, out, dy, weight, dx);
+}
+
+void Backend::conv2d_forward_batch_norm(const Conv2dGeom& g, const float* x, const float* weight,
+                                        const float* bias, float* y, float* sum, float* sumsq,
+                                        const BatchNormFinalize& bn, float* workspace) {
+  conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
+  batch_norm_finalize(g.k, bn.count, sum, sumsq, bn.epsilon, bn.decay, bn.mean, bn.invstd,
+                      bn.running_mean, bn.running_var);
+}
+
+void Backend::adam_update_and_advance(std::size_t n, std::size_t n_decay,
+                                      const OptimizerStep& constants, StepScalars* s, float* params,
+                                      const float* grads, float* m, float* v, double epsilon,
+                                      bool tensorflow_epsilon) {
+  adam_update(n, n_decay, constants, s, params, grads, m, v);
+  step_scalars_advance(s, constants.beta1, constants.beta2, epsilon, tensorflow_epsilon);
 }
 
 std::size_t Backend::dense_softmax_cross_entropy_workspace_floats(int n, int in, int k) {

@@ -122,6 +122,18 @@ class Backend {
   virtual void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
                                     const float* bias, float* y, float* sum, float* sumsq,
                                     float* workspace);
+  // conv2d_backward_weights, then conv2d_backward_data when dx is not nullptr: a convolution's
+  // backward. Engines may run both directions in one launch; the default makes the calls.
+  virtual void conv2d_backward(const Conv2dGeom& g, const float* x, const float* dy,
+                               const float* weight, float* dweight, float* dbias, float* dx,
+                               float* workspace);
+  // conv2d_forward_stats, then batch_norm_finalize(g.k, bn.count, sum, sumsq, ...) of those sums:
+  // a convolution whose batch norm is not synced across replicas, in training. Assigns y, sum,
+  // sumsq and bn's mean and invstd; updates bn's running statistics. Engines may finalize in the
+  // convolution's last block; the default makes the calls.
+  virtual void conv2d_forward_batch_norm(const Conv2dGeom& g, const float* x, const float* weight,
+                                         const float* bias, float* y, float* sum, float* sumsq,
+                                         const BatchNormFinalize& bn, float* workspace);
   // What the next conv2d call for `g` runs in each direction, for benchmarks, logs and tests.
   // Plans `g` as a call would (so it may query the library once) but launches nothing.
   virtual Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) {
@@ -229,6 +241,10 @@ class Backend {
                                    float* dx) = 0;  // assigns dx
   virtual void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
                                       float* dweight, float* dbias) = 0;  // assigns
+  // dense_backward_weights, then dense_backward_data when dx is not nullptr: a dense layer's
+  // backward. Engines may run both in one launch; the default makes the calls.
+  virtual void dense_backward(int n, int in, int out, const float* x, const float* dy,
+                              const float* weight, float* dweight, float* dbias, float* dx);
 
   // ---- dropout (inverted: kept values scaled by 1/(1-rate)) ------------------------------------
   // The mask of element e of the sample at global batch position first_sample + i is
@@ -269,6 +285,13 @@ class Backend {
   // *s = step_scalars_next(*s, ...) (optimizer_rule.hpp), computed where *s lives.
   virtual void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
                                     bool tensorflow_epsilon) = 0;
+  // adam_update reading *s, then step_scalars_advance(s, constants.beta1, constants.beta2,
+  // epsilon, tensorflow_epsilon): the end of a captured step. Engines may make it one launch (CUDA:
+  // the last block advances *s once every block has read it); the default makes the two calls.
+  virtual void adam_update_and_advance(std::size_t n, std::size_t n_decay,
+                                       const OptimizerStep& constants, StepScalars* s,
+                                       float* params, const float* grads, float* m, float* v,
+                                       double epsilon, bool tensorflow_epsilon);
 
   // ---- a step captured once and replayed (CUDA graphs) -----------------------------------------
   // Backends that return true from supports_capture() (CUDA) record the calls made between

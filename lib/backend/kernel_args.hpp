@@ -35,6 +35,18 @@ struct ChannelGeom {
   std::size_t count() const { return static_cast<std::size_t>(n) * static_cast<std::size_t>(hw); }
 };
 
+// What batch_norm_finalize takes besides the sums (Backend::batch_norm_finalize's contract), for a
+// fused op that takes the sums itself and then finalizes them (Backend::conv2d_forward_batch_norm):
+// count values per channel; assigns mean and invstd, updates running_mean and running_var in place.
+struct BatchNormFinalize {
+  double count = 0;
+  float epsilon = 0.0f, decay = 0.0f;
+  float* mean = nullptr;
+  float* invstd = nullptr;
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+};
+
 // Hyper-parameters of one optimizer step over the flat parameter buffer.
 // Elements [0, n_decay) are weights (conv/dense kernels) and receive weight decay; elements
 // [n_decay, n) are biases and batch-norm parameters and do not.

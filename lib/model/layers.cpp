@@ -75,9 +75,8 @@ class Conv2dLayer final : public Layer {
   }
   void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
                    float* dx) override {
-    const Conv2dGeom g = geom(ctx.n);
-    be().conv2d_backward_weights(g, x, dy, grad(plan_.weight), grad(plan_.bias), bind_.workspace);
-    if (dx) be().conv2d_backward_data(g, dy, param(plan_.weight), dx, bind_.workspace);
+    be().conv2d_backward(geom(ctx.n), x, dy, param(plan_.weight), grad(plan_.weight),
+                         grad(plan_.bias), dx, bind_.workspace);
   }
 };
 
@@ -152,9 +151,8 @@ class DenseLayer final : public Layer {
   }
   void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
                    float* dx) override {
-    be().dense_backward_weights(ctx.n, plan_.in.c, plan_.out.c, x, dy, grad(plan_.weight),
-                                grad(plan_.bias));
-    if (dx) be().dense_backward_data(ctx.n, plan_.in.c, plan_.out.c, dy, param(plan_.weight), dx);
+    be().dense_backward(ctx.n, plan_.in.c, plan_.out.c, x, dy, param(plan_.weight),
+                        grad(plan_.weight), grad(plan_.bias), dx);
   }
 };
 
@@ -297,8 +295,16 @@ class ConvBlockLayer final : public Layer {
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     const int c = channels();
     const LayerSpec& s = bn_.spec;
-    if (ctx.training) {
-      // The statistics are taken by the convolution while its output is in cache.
+    if (ctx.training && !ctx.all_reduce_sum) {
+      // The statistics are taken, and finalized, by the convolution while its output is in cache.
+      const BatchNormFinalize bn{group_count(ctx),      s.epsilon,      s.decay,
+                                 mean_.data(),          invstd_.data(), state(bn_.running_mean),
+                                 state(bn_.running_var)};
+      be().conv2d_forward_batch_norm(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
+                                     param(plan_.bias), conv_out_.data(), sums_.data(),
+                                     sums_.data() + c, bn, bind_.workspace);
+    } else if (ctx.training) {
+      // Sync batch norm: the slices' sums are all-reduced between the statistics and the finalize.
       be().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
                                 param(plan_.bias), conv_out_.data(), sums_.data(), sums_.data() + c,
                                 bind_.workspace);
@@ -329,10 +335,8 @@ class ConvBlockLayer final : public Layer {
     be().bn_relu_pool_backward_apply(pg, dy, mask_.data(), conv_out_.data(), mean_.data(),
                                      invstd_.data(), param(bn_.gamma), sum_dy, sum_dy_xhat,
                                      group_count(ctx), dconv_.data());
-    const Conv2dGeom g = conv2d_geom(plan_, ctx.n);
-    be().conv2d_backward_weights(g, x, dconv_.data(), grad(plan_.weight), grad(plan_.bias),
-                                 bind_.workspace);
-    if (dx) be().conv2d_backward_data(g, dconv_.data(), param(plan_.weight), dx, bind_.workspace);
+    be().conv2d_backward(conv2d_geom(plan_, ctx.n), x, dconv_.data(), param(plan_.weight),
+                         grad(plan_.weight), grad(plan_.bias), dx, bind_.workspace);
   }
 
   const LayerPlan& bn_;

@@ -264,11 +264,10 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
     const int pixels = inputs_->data->train.pixels_per_image();
     auto capture_update = [&] {
       const OptimizerStep constants = make_optimizer_step(opt, 0.0, 0);
-      be.adam_update(inputs_->model.param_count(), inputs_->model.decayed_count(), constants,
-                     graphs_->scalars.data(), replica_->params(), replica_->grads(),
-                     replica_->moment1(), replica_->moment2());
-      be.step_scalars_advance(graphs_->scalars.data(), constants.beta1, constants.beta2,
-                              opt.epsilon, tensorflow_epsilon);
+      be.adam_update_and_advance(inputs_->model.param_count(), inputs_->model.decayed_count(),
+                                 constants, graphs_->scalars.data(), replica_->params(),
+                                 replica_->grads(), replica_->moment1(), replica_->moment2(),
+                                 opt.epsilon, tensorflow_epsilon);
     };
     be.begin_capture();
     be.gather_batch(train_pixels_.data(), train_labels_.data(), pixels, graphs_->ring.data(),

@@ -3,7 +3,8 @@
 // geometries and awkward ones (odd heights and widths, padding 0..k-1, one more padding row at the
 // bottom, outputs wider than one tile, batches 1, 7, 33, 255, 257). Each case first checks that
 // the CUDA backend reports "direct" for it, so these comparisons exercise the direct kernels and
-// not the implicit GEMM they replace; forward_stats's batch-norm sums are checked too. Outputs
+// not the implicit GEMM they replace; forward_stats's batch-norm sums, and conv2d_backward (both
+// directions in one grid) against the two separate calls, are checked too. Outputs
 // are NaN-poisoned first, the workspace is exactly the
 // size the backend asked for with a guard zone after it, and the weight gradient must repeat bit
 // for bit.
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -162,6 +164,22 @@ TEST_CASE("direct convolution kernels match the CPU on awkward sizes",
       const std::vector<float> first = download(g, dw.gpu), second = download(g, dw_again.gpu);
       CHECK(same_bits(first, second));
 
+      // conv2d_backward: both directions in one grid, then the weights' reduce (two launches
+      // where the two calls take three), with the two calls' bits.
+      auto dw_both = poisoned(g, w_size);
+      auto db_both = poisoned(g, dc.k);
+      auto dx_both = poisoned(g, x_size);
+      const mnist::LaunchCounts before = g.counts();
+      g.conv2d_backward(geo, x.g(), dy.g(), w.g(), dw_both.g(), nullptr, dx_both.g(),
+                        ws_gpu.data());
+      CHECK((g.counts() - before).kernels == 2);
+      CHECK(same_bits(download(g, dw_both.gpu), first));
+      CHECK(same_bits(download(g, dx_both.gpu), download(g, dx.gpu)));
+      g.conv2d_backward(geo, x.g(), dy.g(), w.g(), dw_both.g(), db_both.g(), dx_both.g(),
+                        ws_gpu.data());
+      CHECK(same_bits(download(g, db_both.gpu), download(g, db.gpu)));
+      CHECK(same_bits(download(g, dx_both.gpu), download(g, dx.gpu)));
+
       const std::vector<float> guard = host_copy(g, ws_gpu.data() + ws, kGuard);
       CHECK(std::count(guard.begin(), guard.end(), sentinel) == static_cast<long>(kGuard));
     }
@@ -218,4 +236,100 @@ TEST_CASE("geometries outside the direct kernels run the implicit GEMM",
   // Both sides' sums start from their own outputs: atol also covers the outputs' differences.
   expect_close(g, sum, 1e-5 * positions, 1e-4, "implicit GEMM forward_stats sum");
   expect_close(g, sumsq, 1e-4 * positions, 1e-4, "implicit GEMM forward_stats sumsq");
+}
+
+// conv2d_forward_batch_norm (a conv block's training forward without sync batch norm): on the
+// direct kernels the convolution's last block adds the tiles' sums in the two-launch path's fixed
+// order and finalizes the batch norm, in ONE launch. So against the same backend's chain
+// (conv2d_forward_stats, then batch_norm_finalize) every output is bit-equal; against the CPU's
+// chain, applied to the GPU's own y (the convolution's rounding is the forward test's), mean and
+// invstd and the running statistics agree within atol 1e-5, rtol 1e-5: the sums are the same
+// double terms in another order, each rounded once to float (~6e-8 relative), and the variance
+// (E[y^2] - mean^2 of values with variance ~1) loses at most a few bits of that.
+TEST_CASE("conv2d_forward_batch_norm: the convolution's last block finalizes the batch norm",
+          "[gpu][conv2d][direct_conv][fused]") {
+  Backend& g = gpu("fused");
+  auto counted = [&](auto&& call) {
+    const mnist::LaunchCounts before = g.counts();
+    call();
+    return g.counts() - before;
+  };
+  const std::vector<std::size_t> picked{0, 1, 3, 4, 10, 11};  // seed convs, odd and tiled ones
+  for (std::size_t index : picked) {
+    const DirectCase& dc = direct_cases()[index];
+    for (int n : {1, 7, 33, 257}) {
+      if (index >= 3 && n > 33) continue;
+      INFO(dc.label << ", n " << n);
+      const mnist::Conv2dGeom geo = geom(dc, n);
+      REQUIRE(g.conv2d_algorithms(geo).forward == "direct");
+      const int k = dc.k;
+      const std::size_t x_size = static_cast<std::size_t>(n) * dc.c * dc.h * dc.w;
+      const std::size_t y_size = static_cast<std::size_t>(n) * k * geo.out_h * geo.out_w;
+      const std::size_t w_size = static_cast<std::size_t>(k) * dc.c * dc.kh * dc.kw;
+      const double count = static_cast<double>(n) * geo.out_h * geo.out_w;
+      auto x = upload(g, random_floats(x_size, 1700 + n, -1.0f, 1.0f));
+      auto w = upload(g, random_floats(w_size, 1701 + n, -1.0f, 1.0f));
+      auto b = upload(g, random_floats(k, 1702 + n, -1.0f, 1.0f));
+      const std::vector<float> running_mean0 = random_floats(k, 1703 + n, -1.0f, 1.0f);
+      const std::vector<float> running_var0 = random_floats(k, 1704 + n, 0.5f, 2.0f);
+      mnist::DeviceBuffer<float> ws(g, std::max<std::size_t>(1, g.conv2d_workspace_floats(geo)));
+
+      // The chain on the GPU, and the fused call twice (the block counter must be back at zero
+      // after each launch, or the second would finalize in the wrong block or not at all).
+      struct Outputs {
+        Twin<float> y, sums, mean, invstd, running_mean, running_var;
+      };
+      auto outputs = [&] {
+        return Outputs{poisoned(g, y_size), poisoned(g, 2 * k),       poisoned(g, k),
+                       poisoned(g, k),      upload(g, running_mean0), upload(g, running_var0)};
+      };
+      const float epsilon = 1e-3f, decay = 0.9f;
+      auto finalize_of = [&](const Outputs& o) {
+        return mnist::BatchNormFinalize{
+            count, epsilon, decay, o.mean.g(), o.invstd.g(), o.running_mean.g(), o.running_var.g()};
+      };
+      Outputs chain = outputs();
+      const mnist::LaunchCounts stats_counts = counted([&] {
+        g.conv2d_forward_stats(geo, x.g(), w.g(), b.g(), chain.y.g(), chain.sums.g(),
+                               chain.sums.g() + k, ws.data());
+      });
+      CHECK(stats_counts.kernels == 1);  // the sums, too, in the convolution's launch
+      g.batch_norm_finalize(k, count, chain.sums.g(), chain.sums.g() + k, epsilon, decay,
+                            chain.mean.g(), chain.invstd.g(), chain.running_mean.g(),
+                            chain.running_var.g());
+      for (int run = 0; run < 2; ++run) {
+        INFO("run " << run);
+        Outputs fused = outputs();
+        const mnist::LaunchCounts c = counted([&] {
+          g.conv2d_forward_batch_norm(geo, x.g(), w.g(), b.g(), fused.y.g(), fused.sums.g(),
+                                      fused.sums.g() + k, finalize_of(fused), ws.data());
+        });
+        CHECK(c.kernels == 1);
+        CHECK(c.copies == 0);
+        CHECK(c.host_syncs == 0);
+        for (auto [a, z, what] :
+             {std::tuple{&chain.y, &fused.y, "y"}, std::tuple{&chain.sums, &fused.sums, "sums"},
+              std::tuple{&chain.mean, &fused.mean, "mean"},
+              std::tuple{&chain.invstd, &fused.invstd, "invstd"},
+              std::tuple{&chain.running_mean, &fused.running_mean, "running_mean"},
+              std::tuple{&chain.running_var, &fused.running_var, "running_var"}}) {
+          INFO(what << " bit-equal to the chain's");
+          CHECK(same_bits(download(g, a->gpu), download(g, z->gpu)));
+        }
+        if (run == 1) continue;
+        // The CPU twin on the GPU's y.
+        auto y_gpu = upload(g, download(g, fused.y.gpu));
+        cpu().batch_norm_stats(mnist::ChannelGeom{n, k, geo.out_h * geo.out_w}, y_gpu.c(),
+                               fused.sums.c(), fused.sums.c() + k);
+        cpu().batch_norm_finalize(k, count, fused.sums.c(), fused.sums.c() + k, epsilon, decay,
+                                  fused.mean.c(), fused.invstd.c(), fused.running_mean.c(),
+                                  fused.running_var.c());
+        expect_close(g, fused.sums, 1e-5 * count, 1e-5, "sums");
+        expect_close(g, fused.mean, 1e-5, 1e-5, "mean");
+        expect_close(g, fused.invstd, 1e-5, 1e-5, "invstd");
+        expect_close(g, fused.running_mean, 1e-5, 1e-5, "running_mean");
+        expect_close(g, fused.running_var, 1e-5, 1e-5, "running_var");
+      }
+    }
+  }
 }

@@ -151,6 +151,39 @@ TEST_CASE("dropout and Adam reading step scalars match the same ops given the va
     CHECK(same_bits(download(g, v_value.gpu), download(g, v_device.gpu)));
     expect_close(g, from_device, 1e-6, 1e-5, "adam params from step scalars");
     expect_close(g, v_device, 1e-7, 1e-5, "adam second moment from step scalars");
+
+    // adam_update_and_advance, the captured step's update in one launch: the same bits as Adam
+    // reading the scalars, then the scalars advanced as step_scalars_advance advances them (on
+    // the CPU, the chain itself). Twice, so a block counter left behind would show.
+    auto fused = upload(g, p0), m_fused = upload(g, m0), v_fused = upload(g, v0);
+    DeviceBuffer<StepScalars> advanced(g, 1), chained(g, 1);
+    g.step_scalars_set(advanced.data(), at);
+    g.step_scalars_set(chained.data(), at);
+    cpu().step_scalars_set(on_cpu.data(), at);
+    auto chain_params = upload(g, p0), chain_m = upload(g, m0), chain_v = upload(g, v0);
+    for (int call = 0; call < 2; ++call) {
+      CAPTURE(call);
+      const LaunchCounts before = g.counts();
+      g.adam_update_and_advance(n, decayed, o, advanced.data(), fused.g(), grad.g(), m_fused.g(),
+                                v_fused.g(), 1e-7, true);
+      const LaunchCounts c = g.counts() - before;
+      CHECK(c.kernels == 1);
+      CHECK(c.copies == 0);
+      CHECK(c.host_syncs == 0);
+      g.adam_update(n, decayed, o, chained.data(), chain_params.g(), grad.g(), chain_m.g(),
+                    chain_v.g());
+      g.step_scalars_advance(chained.data(), o.beta1, o.beta2, 1e-7, true);
+      cpu().adam_update_and_advance(n, decayed, o, on_cpu.data(), fused.c(), grad.c(), m_fused.c(),
+                                    v_fused.c(), 1e-7, true);
+      CHECK(same_bits(download(g, fused.gpu), download(g, chain_params.gpu)));
+      CHECK(same_bits(download(g, m_fused.gpu), download(g, chain_m.gpu)));
+      CHECK(same_bits(download(g, v_fused.gpu), download(g, chain_v.gpu)));
+      const StepScalars got = download_scalars(g, advanced);
+      CHECK(same_bits(got, download_scalars(g, chained)));
+      CHECK(same_bits(got, download_scalars(cpu(), on_cpu)));
+      CHECK(got.step == at.step + 1 + call);
+      expect_close(g, fused, 1e-6, 1e-5, "adam_update_and_advance params");
+    }
   }
 }
 
@@ -301,7 +334,7 @@ TEST_CASE(
       const LaunchCounts c = be.counts() - before;
       // What the eager step issues, plus the kernel that advances the step scalars and the
       // metrics' copy to pinned memory, in one launch from the host, and no host wait. Natively
-      // that is 51 + 1 kernels and the eager step's four device copies (the three batch norms'
+      // that is 48 + 1 kernels and the eager step's four device copies (the three batch norms'
       // and the metric reset's memset) + 1 (tests/gpu/test_launch_counts.cpp).
       CHECK(c.graph_launches == 1);
       CHECK(c.kernels == e.kernels + 1);
@@ -309,7 +342,7 @@ TEST_CASE(
       CHECK(c.copies == e.copies + 1);
       CHECK(c.host_syncs == 0);
       CHECK(e.host_syncs == 0);
-      if (engine == "native") CHECK((c.kernels == 52 && c.copies == 5));
+      if (engine == "native") CHECK((c.kernels == 49 && c.copies == 5));
       CHECK(same_bits(graph.all_values(), eager.all_values()));
     }
     // Several steps between two log steps: only the log step waits, then reads the metrics the

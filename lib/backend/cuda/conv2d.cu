@@ -150,12 +150,17 @@ void conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x, co
 
 void conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                           const float* weight, const float* bias, float* y, float* sum,
-                          float* sumsq, float* workspace, const ReduceScratch& scratch) {
+                          float* sumsq, const BatchNormFinalize* bn, unsigned* counter,
+                          float* workspace, const ReduceScratch& scratch) {
   if (direct_conv_supports(g)) {
-    return direct_conv2d_forward_stats(stream, g, x, weight, bias, y, sum, sumsq, workspace);
+    return direct_conv2d_forward_stats(stream, g, x, weight, bias, y, sum, sumsq, bn, counter,
+                                       workspace);
   }
   conv2d_forward(stream, g, x, weight, bias, y);
   batch_norm_stats(stream, ChannelGeom{g.n, g.k, g.out_h * g.out_w}, y, sum, sumsq, scratch);
+  if (bn)
+    batch_norm_finalize(stream, g.k, bn->count, sum, sumsq, bn->epsilon, bn->decay, bn->mean,
+                        bn->invstd, bn->running_mean, bn->running_var);
 }
 
 void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
@@ -166,6 +171,22 @@ void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float*
                stream)
   (g, dy, weight, dx);
   MNIST_CUDA_LAUNCH_CHECK(stream, "conv2d_backward_data_kernel");
+}
+
+void conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x, const float* dy,
+                     const float* weight, float* dweight, float* dbias, float* dx, float* workspace,
+                     const ReduceScratch& scratch) {
+  if (!dx || !direct_conv_supports(g)) {
+    conv2d_backward_weights(stream, g, x, dy, dweight, dbias, workspace, scratch);
+    if (dx) conv2d_backward_data(stream, g, dy, weight, dx);
+    return;
+  }
+  direct_conv2d_backward(stream, g, x, dy, weight, dweight, dx, workspace);
+  if (dbias) {
+    const ChannelGeom bias_geom{g.n, g.k, g.out_h * g.out_w};
+    channel_reduce(stream, bias_geom, scratch, DyValue{dy}, StoreFirst{dbias},
+                   "conv2d_backward_bias");
+  }
 }
 
 void conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,

@@ -22,13 +22,16 @@ std::size_t conv2d_workspace_floats(const Conv2dGeom& g);
 // Assigns y = conv(x, weight) + bias (bias may be nullptr).
 void conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x, const float* weight,
                     const float* bias, float* y);
-// conv2d_forward, then sum[k] and sumsq[k] of y over (n, out_h, out_w) (batch_norm_stats). The
-// direct kernels take the sums in the convolution's epilogue; the implicit GEMM path runs
-// batch_norm_stats after it. workspace: at least conv2d_workspace_floats(g) floats.
+// conv2d_forward, then sum[k] and sumsq[k] of y over (n, out_h, out_w) (batch_norm_stats), then,
+// when bn is not nullptr, batch_norm_finalize of them (Backend::conv2d_forward_batch_norm). The
+// direct kernels do all of it in the convolution's launch (its last block reduces and finalizes,
+// using `counter`, the stream's block counter); the implicit GEMM path runs batch_norm_stats and
+// batch_norm_finalize after it. workspace: at least conv2d_workspace_floats(g) floats.
 struct ReduceScratch;
 void conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                           const float* weight, const float* bias, float* y, float* sum,
-                          float* sumsq, float* workspace, const ReduceScratch& scratch);
+                          float* sumsq, const BatchNormFinalize* bn, unsigned* counter,
+                          float* workspace, const ReduceScratch& scratch);
 // Assigns dx[n, c, h, w] = transposed convolution of dy with weight.
 void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
                           const float* weight, float* dx);
@@ -37,5 +40,10 @@ void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float*
 void conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                              const float* dy, float* dweight, float* dbias, float* workspace,
                              const ReduceScratch& scratch);
+// conv2d_backward_weights, then conv2d_backward_data when dx is not nullptr; the direct kernels
+// run both directions in one grid (direct_conv2d_backward).
+void conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x, const float* dy,
+                     const float* weight, float* dweight, float* dbias, float* dx, float* workspace,
+                     const ReduceScratch& scratch);
 
 }  // namespace mnist::cuda

@@ -7,8 +7,8 @@
 // - backward_reduce: grid (chunks, c), as channel_reduce.cuh: block (b, ch) walks the windows j =
 //   b * kThreads + t, stepping chunks * kThreads, of channel ch (j indexes (n, out_h, out_w) in
 //   order), sums dbn and dbn * (x - mean) in double per thread, reduces them in the block and
-//   writes its partial. The last block to finish (a counter after __threadfence, as dense_head.cu
-//   does) adds each channel's chunks in chunk order: one launch instead of channel_reduce's two,
+//   writes its partial. The last block to finish (launch.cuh, arrive_last, on the stream's block
+//   counter) adds each channel's chunks in chunk order: one launch instead of channel_reduce's two,
 //   and the same bits on every run (no atomics in the sums, a grid fixed by the sizes alone).
 // - backward_apply: a grid-stride loop over the windows; the thread writes its window's four dx,
 //   and the window at the end of a row (column) also the dropped last column (row) of an odd width
@@ -130,12 +130,7 @@ __global__ void __launch_bounds__(kThreads)
     partial[static_cast<std::size_t>(ch) * chunks + blockIdx.x] = make_double2(s, sx);
 
   // The last block to get here adds every channel's partials, in chunk order.
-  __threadfence();  // this block's partial is visible to the others before the count says so
-  __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1u) == gridDim.x * gridDim.y - 1 ? 1 : 0;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  if (!arrive_last(counter, is_last)) return;
   // Written by other blocks: read past any stale cache line.
   const volatile double* all = reinterpret_cast<const volatile double*>(partial);
   for (int c = threadIdx.x; c < g.c; c += kThreads) {
@@ -148,6 +143,7 @@ __global__ void __launch_bounds__(kThreads)
     sum_dy[c] = static_cast<float>(total);
     sum_dy_xhat[c] = static_cast<float>(total_x * invstd[c]);
   }
+  depart_last(counter);
 }
 
 // One channel's terms of the backward apply, as the CPU twin computes them.
@@ -238,27 +234,23 @@ void bn_relu_pool_forward(cudaStream_t stream, const PoolGeom& g, const float* x
 void bn_relu_pool_backward_reduce(cudaStream_t stream, const PoolGeom& g, const float* dy,
                                   const uint8_t* mask, const float* x, const float* mean,
                                   const float* invstd, float* sum_dy, float* sum_dy_xhat,
-                                  const ReduceScratch& scratch) {
+                                  unsigned* counter, const ReduceScratch& scratch) {
   if (g.c <= 0) return;
-  // The scratch's first entry holds the block counter, the partials follow it.
-  MNIST_CHECK(static_cast<std::size_t>(g.c) < scratch.capacity,
+  MNIST_CHECK(static_cast<std::size_t>(g.c) <= scratch.capacity,
               "bn_relu_pool_backward_reduce: {} channels need {} entries of reduction scratch, "
               "which has {}",
-              g.c, g.c + 1, scratch.capacity);
+              g.c, g.c, scratch.capacity);
   // channel_reduce's rule: about 8 windows per thread per chunk, at most 64 chunks, bounded by
   // the scratch. It depends on the sizes alone, so the summation order does too.
   const std::size_t count = static_cast<std::size_t>(g.n) * g.out_h * g.out_w;
   const std::size_t per_chunk = static_cast<std::size_t>(kThreads) * 8;
   const std::size_t chunks = std::clamp<std::size_t>(
       (count + per_chunk - 1) / per_chunk, 1,
-      std::min<std::size_t>(64, (scratch.capacity - 1) / static_cast<std::size_t>(g.c)));
-  unsigned* counter = reinterpret_cast<unsigned*>(scratch.partial);
-  MNIST_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(unsigned), stream));
-  count_copy(stream);  // Backend::counts() counts memsets with the copies
+      std::min<std::size_t>(64, scratch.capacity / static_cast<std::size_t>(g.c)));
   MNIST_LAUNCH(bn_relu_pool_backward_reduce_kernel,
                dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(g.c)), kThreads, 0, stream)
   (g, static_cast<int>(chunks), dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat, counter,
-   scratch.partial + 1);
+   scratch.partial);
   MNIST_CUDA_LAUNCH_CHECK(stream, "bn_relu_pool_backward_reduce_kernel");
 }
 

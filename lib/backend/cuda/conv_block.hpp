@@ -32,13 +32,13 @@ void bn_relu_pool_forward(cudaStream_t stream, const PoolGeom& g, const float* x
 
 // With dbn = dy routed to each window's winner where it passed the ReLU (0 elsewhere): assigns
 // sum_dy[c] = sum of dbn and sum_dy_xhat[c] = sum of dbn * (x - mean) * invstd. Summed in double
-// in a fixed order (the same bits on every run). One kernel launch and a 4-byte memset of the
-// block counter, which lives in `scratch` with the partials (c * chunks + 1 entries, at most
-// scratch.capacity).
+// in a fixed order (the same bits on every run). One kernel launch; its partials take c * chunks
+// entries of `scratch` (at most scratch.capacity), its last block counts on `counter`, the
+// stream's block counter (launch.cuh, arrive_last).
 void bn_relu_pool_backward_reduce(cudaStream_t stream, const PoolGeom& g, const float* dy,
                                   const uint8_t* mask, const float* x, const float* mean,
                                   const float* invstd, float* sum_dy, float* sum_dy_xhat,
-                                  const ReduceScratch& scratch);
+                                  unsigned* counter, const ReduceScratch& scratch);
 
 // Assigns all of dx = gamma * invstd * (dbn - sum_dy/count - xhat * sum_dy_xhat/count), as
 // batch_norm_backward_apply would on dbn, bit for bit what the CPU twin assigns. One kernel launch.

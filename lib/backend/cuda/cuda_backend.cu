@@ -138,6 +138,11 @@ class CudaBackend final : public Backend {
     scratch_.partial = static_cast<double2*>(allocate(kReduceScratchEntries * sizeof(double2)));
     scratch_.capacity = kReduceScratchEntries;
     flag_device_ = static_cast<int*>(allocate(sizeof(int)));
+    // The stream's block counter (launch.cuh, arrive_last): zero now, and every kernel that
+    // counts on it leaves it zero.
+    block_counter_ = static_cast<unsigned*>(allocate(sizeof(unsigned)));
+    MNIST_CUDA_CHECK(cudaMemsetAsync(block_counter_, 0, sizeof(unsigned), stream_));
+    MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MNIST_CUDA_CHECK(cudaMallocHost(&flag_host_, sizeof(int)));
   }
 
@@ -157,6 +162,7 @@ class CudaBackend final : public Backend {
     if (cublas_) cublasDestroy(cublas_);
     if (scratch_.partial) cudaFree(scratch_.partial);
     if (flag_device_) cudaFree(flag_device_);
+    if (block_counter_) cudaFree(block_counter_);
     if (flag_host_) cudaFreeHost(flag_host_);
     if (stream_) cudaStreamDestroy(stream_);
     cudaGetLastError();
@@ -309,7 +315,20 @@ class CudaBackend final : public Backend {
       return Backend::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
     }
 #endif
-    cuda::conv2d_forward_stats(stream_, g, x, weight, bias, y, sum, sumsq, workspace, scratch_);
+    cuda::conv2d_forward_stats(stream_, g, x, weight, bias, y, sum, sumsq, nullptr, block_counter_,
+                               workspace, scratch_);
+  }
+  void conv2d_forward_batch_norm(const Conv2dGeom& g, const float* x, const float* weight,
+                                 const float* bias, float* y, float* sum, float* sumsq,
+                                 const BatchNormFinalize& bn, float* workspace) override {
+    activate();
+#if MNIST_HAVE_CUDNN
+    if (use_cudnn(g)) {
+      return Backend::conv2d_forward_batch_norm(g, x, weight, bias, y, sum, sumsq, bn, workspace);
+    }
+#endif
+    cuda::conv2d_forward_stats(stream_, g, x, weight, bias, y, sum, sumsq, &bn, block_counter_,
+                               workspace, scratch_);
   }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
@@ -319,6 +338,15 @@ class CudaBackend final : public Backend {
 #endif
     (void)workspace;
     cuda::conv2d_backward_data(stream_, g, dy, weight, dx);
+  }
+  void conv2d_backward(const Conv2dGeom& g, const float* x, const float* dy, const float* weight,
+                       float* dweight, float* dbias, float* dx, float* workspace) override {
+    activate();
+#if MNIST_HAVE_CUDNN
+    if (use_cudnn(g))
+      return Backend::conv2d_backward(g, x, dy, weight, dweight, dbias, dx, workspace);
+#endif
+    cuda::conv2d_backward(stream_, g, x, dy, weight, dweight, dbias, dx, workspace, scratch_);
   }
   void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy, float* dweight,
                                float* dbias, float* workspace) override {
@@ -439,6 +467,14 @@ class CudaBackend final : public Backend {
     if (dbias) cuda::dense_backward_bias(stream_, n, out, dy, dbias, scratch_);
   }
 
+  void dense_backward(int n, int in, int out, const float* x, const float* dy, const float* weight,
+                      float* dweight, float* dbias, float* dx) override {
+    if (uses_cublas())
+      return Backend::dense_backward(n, in, out, x, dy, weight, dweight, dbias, dx);
+    activate();
+    cuda::dense_backward(stream_, n, in, out, x, dy, weight, dweight, dbias, dx, scratch_);
+  }
+
   // ---- dropout --------------------------------------------------------------------------------
   void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
                        const StepScalars* step_scalars, uint32_t first_sample, const float* x,
@@ -472,6 +508,15 @@ class CudaBackend final : public Backend {
       return cuda::adam_update(stream_, n, n_decay, s, step_scalars, params, grads, m, v);
     MNIST_CHECK(s.step >= 1, "{}: adam_update needs a 1-based step, got {}", name_, s.step);
     cuda::adam_update(stream_, n, n_decay, s, params, grads, m, v);
+  }
+  void adam_update_and_advance(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                               StepScalars* s, float* params, const float* grads, float* m,
+                               float* v, double epsilon, bool tensorflow_epsilon) override {
+    activate();
+    MNIST_CHECK(n_decay <= n, "{}: adam_update_and_advance with n_decay {} > n {}", name_, n_decay,
+                n);
+    cuda::adam_update_and_advance(stream_, n, n_decay, constants, s, params, grads, m, v, epsilon,
+                                  tensorflow_epsilon, block_counter_);
   }
   void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
                   const float* grads, float* velocity) override {
@@ -578,7 +623,7 @@ class CudaBackend final : public Backend {
                                                   dweight, dbias, metrics, workspace);
     }
     cuda::dense_softmax_cross_entropy(stream_, n, in, k, x, weight, bias, labels, grad_scale, dx,
-                                      dweight, dbias, metrics, workspace);
+                                      dweight, dbias, metrics, workspace, block_counter_);
   }
   void adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
                             float* params, const float* partials, int parts, float* grads, float* m,
@@ -610,7 +655,7 @@ class CudaBackend final : public Backend {
     activate();
     check_conv_block(g, "bn_relu_pool_backward_reduce");
     cuda::bn_relu_pool_backward_reduce(stream_, g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat,
-                                       scratch_);
+                                       block_counter_, scratch_);
   }
   void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
                                    const float* x, const float* mean, const float* invstd,
@@ -736,7 +781,8 @@ class CudaBackend final : public Backend {
   LaunchCounts before_capture_;
   cuda::ReduceScratch scratch_;
   int* flag_device_ = nullptr;
-  int* flag_host_ = nullptr;  // pinned, so the flag's copy back is a true async copy
+  int* flag_host_ = nullptr;           // pinned, so the flag's copy back is a true async copy
+  unsigned* block_counter_ = nullptr;  // 0 between kernels; see launch.cuh, arrive_last
 };
 
 }  // namespace

@@ -17,6 +17,10 @@ void dense_backward_data(cudaStream_t stream, int n, int in, int out, const floa
 void dense_backward_weights(cudaStream_t stream, int n, int in, int out, const float* x,
                             const float* dy, float* dweight, float* dbias,
                             const ReduceScratch& scratch);
+// dense_backward_weights, then dense_backward_data when dx is not nullptr: both GEMMs in one grid.
+void dense_backward(cudaStream_t stream, int n, int in, int out, const float* x, const float* dy,
+                    const float* weight, float* dweight, float* dbias, float* dx,
+                    const ReduceScratch& scratch);
 // Assigns dbias[o] = sum over n of dy[:, o] (shared with the cuBLAS engine).
 void dense_backward_bias(cudaStream_t stream, int n, int out, const float* dy, float* dbias,
                          const ReduceScratch& scratch);

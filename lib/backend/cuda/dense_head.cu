@@ -8,7 +8,7 @@
 // each lane then evaluates the softmax itself (k <= 16), writes its inputs' dx = dlogits W and adds
 // dlogits * x into its fp32 dW accumulators (and dlogits into dbias's). At the end the block's 8
 // warps add their accumulators into shared memory in warp order, the block writes its partial to
-// the workspace, and the last block to finish (a counter, after __threadfence) adds the blocks'
+// the workspace, and the last block to finish (launch.cuh, arrive_last) adds the blocks'
 // partials in block order, in double: the gradients repeat bit for bit. The loss and hit count
 // follow softmax_cross_entropy.cu (per-block atomics into metrics).
 //
@@ -36,10 +36,6 @@ constexpr int kHeadWarps = 8, kHeadThreads = 32 * kHeadWarps;
 constexpr int kRowsPerBlock = 4 * kHeadWarps;
 // Fixed, not read from the device, so the summation order is the same on every GPU.
 constexpr int kMaxBlocks = 64;
-// The block counter takes the workspace's first 2 floats (8 bytes, so the doubles after it stay
-// aligned).
-constexpr std::size_t kCounterFloats = 2;
-
 int head_blocks(int n) {
   return std::clamp((n + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks);
 }
@@ -173,12 +169,7 @@ __global__ void __launch_bounds__(kHeadThreads)
     partial[static_cast<std::size_t>(blockIdx.x) * grads + e] = sums[e];
 
   // The last block to get here adds every block's partial, in block order.
-  __threadfence();  // this block's partials are visible to the others before the count says so
-  __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1u) == gridDim.x - 1 ? 1 : 0;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  if (!arrive_last(counter, is_last)) return;
   const volatile double* all = partial;  // written by other blocks: not from a stale cache line
   for (int e = threadIdx.x; e < grads; e += kHeadThreads) {
     double total = 0.0;
@@ -189,6 +180,7 @@ __global__ void __launch_bounds__(kHeadThreads)
       dbias[e - weights] = static_cast<float>(total);
     }
   }
+  depart_last(counter);
 }
 
 }  // namespace
@@ -199,13 +191,13 @@ bool dense_head_supports(int n, int in, int k) {
 
 std::size_t dense_head_workspace_floats(int n, int in, int k) {
   const std::size_t grads = static_cast<std::size_t>(k) * in + k;
-  return kCounterFloats + 2 * static_cast<std::size_t>(head_blocks(n)) * grads;
+  return 2 * static_cast<std::size_t>(head_blocks(n)) * grads;
 }
 
 void dense_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k, const float* x,
                                  const float* weight, const float* bias, const int32_t* labels,
                                  float grad_scale, float* dx, float* dweight, float* dbias,
-                                 float* metrics, float* workspace) {
+                                 float* metrics, float* workspace, unsigned* counter) {
   MNIST_CHECK(dense_head_supports(n, in, k),
               "dense_softmax_cross_entropy: {} inputs, {} classes, batch {}: the fused kernel "
               "takes 1..{} inputs and 1..{} classes",
@@ -213,10 +205,7 @@ void dense_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k, cons
   MNIST_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0,
               "dense_softmax_cross_entropy: workspace {} is not {}-byte aligned (it holds doubles)",
               static_cast<const void*>(workspace), alignof(double));
-  unsigned* counter = reinterpret_cast<unsigned*>(workspace);
-  double* partial = reinterpret_cast<double*>(workspace + kCounterFloats);
-  MNIST_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(unsigned), stream));
-  count_copy(stream);  // Backend::counts() counts memsets with the copies
+  double* partial = reinterpret_cast<double*>(workspace);
   MNIST_LAUNCH(dense_softmax_cross_entropy_kernel, head_blocks(n), kHeadThreads, 0, stream)
   (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, counter, partial);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dense_softmax_cross_entropy_kernel");

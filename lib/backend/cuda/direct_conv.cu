@@ -15,8 +15,10 @@
 //     of dy with the weights transposed (k <-> c) and flipped (r -> KH-1-r), padded by KH-1-pad.
 //   forward_stats: the forward correlation, whose blocks then add the batch-norm sums of their
 //     tile (sum and sum of squares per channel: fp32 per thread, shuffles per warp, double across
-//     warps) into the workspace, one row per block; the same fixed-order reduce as
-//     backward_weights' adds the rows.
+//     warps) into the workspace, one row per block; the last block to finish (launch.cuh,
+//     arrive_last) adds the rows in the fixed order of backward_weights' reduce kernel and, for
+//     conv2d_forward_batch_norm, finalizes the batch norm: one launch where the statistics and
+//     the finalize were three.
 //   backward_weights: a fixed grid of at most kWeightBlocks blocks; block b takes tiles b,
 //     b + grid, ... in that order, staging the x tile (with halo) and the dy tile ([pixel][K], so a
 //     thread's KB channels are adjacent). A thread owns one (c, r, group of KB filters) and all
@@ -26,6 +28,9 @@
 //     to the workspace, and direct_conv2d_partials_reduce_kernel adds the blocks in a fixed order
 //     (32 weights per block, 8 fixed strided partial sums each). No atomics anywhere: the results
 //     repeat bit for bit, run after run.
+//   backward (both directions, direct_conv2d_backward): one grid whose first blocks are
+//     backward_weights' and the rest backward_data's tiles, then the reduce: two launches for
+//     three, and the two independent halves share the GPU instead of queueing.
 //
 // Shared memory: every tile kernel here carves one static pool of kPoolFloats (24 KB); the
 // partials reduce needs only its 32 warp sums. One pool, not a
@@ -58,6 +63,8 @@
 
 #include <fmt/format.h>
 
+#include "backend/batch_norm_rule.hpp"
+#include "backend/cuda/batch_norm.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
 #include "core/error.hpp"
@@ -88,6 +95,9 @@ struct alignas(8) Vec2 {
 };
 
 __shared__ Vec4 pool_storage[kPoolFloats / 4];
+
+// Set by arrive_last (launch.cuh) in forward_stats' blocks.
+__shared__ int last_block;
 
 __device__ __forceinline__ float* pool() {
   return reinterpret_cast<float*>(pool_storage);
@@ -211,20 +221,21 @@ __device__ __forceinline__ void stage_input_tile(const Correlation& a, int sampl
 }
 
 // The block's share of a correlation; the weights are already in pool()[0, CIN*KH*KW*COUT) as
-// [(i, r, s)][o]. Every thread of the block must call it (it holds barriers). When stats is not
+// [(i, r, s)][o]. `block` is the block's tile (blockIdx.x, unless the kernel runs other work in
+// its first blocks). Every thread of the block must call it (it holds barriers). When stats is not
 // nullptr the block also writes the sum and the sum of squares of its outputs per channel to
-// stats[blockIdx.x][2 * COUT] (sums first): fp32 per thread, a fixed butterfly of shuffles per
+// stats[block][2 * COUT] (sums first): fp32 per thread, a fixed butterfly of shuffles per
 // warp, then the warps in order in double.
 template <int CIN, int COUT, int KH, int KW>
 __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tiling& t,
                                                const float* in, const float* bias, float* out,
-                                               double* stats) {
+                                               double* stats, int block) {
   constexpr int P = pixels_per_thread(COUT);
   constexpr int kWeightFloats = round_up4(CIN * KH * KW * COUT);
   float* weights = pool();
   float* tile = pool() + kWeightFloats;
-  const int sample = blockIdx.x / t.tiles_per_sample;
-  const int tile_index = blockIdx.x % t.tiles_per_sample;
+  const int sample = block / t.tiles_per_sample;
+  const int tile_index = block % t.tiles_per_sample;
   const int y0 = tile_index / t.tiles_x * t.rows, x0 = tile_index % t.tiles_x * t.cols;
   const int th = t.rows + KH - 1, tw = t.cols + KW - 1;
   stage_input_tile<CIN>(a, sample, y0, x0, th, tw, in, tile);
@@ -297,38 +308,99 @@ __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tilin
   for (int e = threadIdx.x; e < 2 * COUT; e += blockDim.x) {
     double total = 0.0;
     for (int w = 0; w < warps; ++w) total += warp_sums[w * 2 * COUT + e];
-    stats[static_cast<std::size_t>(blockIdx.x) * 2 * COUT + e] = total;
+    stats[static_cast<std::size_t>(block) * 2 * COUT + e] = total;
   }
 }
+
+// The fixed order of direct_conv2d_partials_reduce_kernel, for one block: column i's total is the
+// sum over w = 0..7, in order, of (the sum over rows b = w, w + 8, ... of partial[b, i]), all in
+// double; the block's threads take (w, i) pairs. Writes totals[i] for i < columns (shared memory,
+// at least kReduceWarps * columns doubles at `slots`). Every thread of the block calls it.
+constexpr int kReduceWarps = 8;
+__device__ void add_rows_in_fixed_order(int columns, int rows, const volatile double* partial,
+                                        double* slots, double* totals) {
+  for (int item = threadIdx.x; item < kReduceWarps * columns; item += blockDim.x) {
+    const int w = item / columns, i = item - w * columns;
+    double sum = 0.0;
+    for (int b = w; b < rows; b += kReduceWarps)
+      sum += partial[static_cast<std::size_t>(b) * columns + i];
+    slots[item] = sum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < columns; i += blockDim.x) {
+    double total = 0.0;
+    for (int w = 0; w < kReduceWarps; ++w) total += slots[w * columns + i];
+    totals[i] = total;
+  }
+  __syncthreads();
+}
+
+// What forward_stats' last block does with the blocks' sums: sum[K], sumsq[K] (as float) and, when
+// bn.mean is not nullptr, batch_norm_finalize of them.
+struct StatsEpilogue {
+  unsigned* counter = nullptr;
+  float *sum = nullptr, *sumsq = nullptr;
+  BatchNormFinalize bn;
+};
 
 template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
     direct_conv2d_forward_kernel(S, Correlation a, Tiling t, const float* x, const float* weight,
-                                 const float* bias, float* y, double* stats) {
+                                 const float* bias, float* y, double* stats, StatsEpilogue e) {
   // weight[k, c, r, s] -> pool[(c, r, s)][k]
   constexpr int kTaps = S::C * S::KH * S::KW;
   for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x)
     pool()[(i % kTaps) * S::K + i / kTaps] = weight[i];
-  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, x, bias, y, stats);
+  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, x, bias, y, stats, blockIdx.x);
+  if (!stats || !arrive_last(e.counter, last_block)) return;
+
+  // The last block: every tile's sums, added in the reduce kernel's fixed order (so the bits are
+  // those of the two-launch path), rounded to float as batch_norm_stats stores them, then
+  // finalized from those floats exactly as batch_norm_finalize_kernel does.
+  constexpr int kColumns = 2 * S::K;
+  static_assert((kReduceWarps + 1) * kColumns * 2 <= kPoolFloats, "the sums fit the pool");
+  double* slots = reinterpret_cast<double*>(pool());
+  double* totals = slots + kReduceWarps * kColumns;
+  add_rows_in_fixed_order(kColumns, static_cast<int>(gridDim.x), stats, slots, totals);
+  for (int o = threadIdx.x; o < S::K; o += blockDim.x) {
+    const float sum = static_cast<float>(totals[o]), sumsq = static_cast<float>(totals[S::K + o]);
+    e.sum[o] = sum;
+    e.sumsq[o] = sumsq;
+    if (e.bn.mean)
+      batch_norm_finalize_channel(e.bn.count, static_cast<double>(sum), static_cast<double>(sumsq),
+                                  e.bn.epsilon, e.bn.decay, e.bn.mean[o], e.bn.invstd[o],
+                                  e.bn.running_mean[o], e.bn.running_var[o]);
+  }
+  depart_last(e.counter);
 }
 
+// backward_data's tile `block`: the correlation of dy with the weights transposed and flipped.
 template <class S>
-__global__ void __launch_bounds__(kMaxThreads)
-    direct_conv2d_backward_data_kernel(S, Correlation a, Tiling t, const float* dy,
-                                       const float* weight, float* dx) {
+__device__ __forceinline__ void backward_data_block(const Correlation& a, const Tiling& t,
+                                                    const float* dy, const float* weight, float* dx,
+                                                    int block) {
   // weight[k, c, r, s] -> pool[(k, KH-1-r, KW-1-s)][c]: transposed and flipped
   constexpr int kTaps = S::KH * S::KW;
   for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x) {
     const int s = i % S::KW, r = i / S::KW % S::KH, ci = i / kTaps % S::C, ko = i / (kTaps * S::C);
     pool()[((ko * S::KH + S::KH - 1 - r) * S::KW + S::KW - 1 - s) * S::C + ci] = weight[i];
   }
-  correlate_tile<S::K, S::C, S::KH, S::KW>(a, t, dy, nullptr, dx, nullptr);
+  correlate_tile<S::K, S::C, S::KH, S::KW>(a, t, dy, nullptr, dx, nullptr, block);
 }
 
 template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
-    direct_conv2d_backward_weights_kernel(S, Correlation a, Tiling t, const float* x,
-                                          const float* dy, double* partial /* [grid, weights] */) {
+    direct_conv2d_backward_data_kernel(S, Correlation a, Tiling t, const float* dy,
+                                       const float* weight, float* dx) {
+  backward_data_block<S>(a, t, dy, weight, dx, blockIdx.x);
+}
+
+// backward_weights' block `block` of `blocks`: tiles block, block + blocks, ..., in that order,
+// then the block's row of partial sums, partial[block][weights].
+template <class S>
+__device__ __forceinline__ void backward_weights_block(const Correlation& a, const Tiling& t,
+                                                       const float* x, const float* dy,
+                                                       double* partial, int block, int blocks) {
   constexpr int C = S::C, K = S::K, KH = S::KH, KW = S::KW;
   constexpr int KB = filters_per_thread(K), kGroups = K / KB, kOwners = C * KH * kGroups;
   // Thread = part * kOwners + owner; owner = (c * KH + r) * kGroups + group.
@@ -341,7 +413,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const std::size_t out_plane = static_cast<std::size_t>(a.out_h) * a.out_w;
 
   float acc[KB][KW] = {};
-  for (long long tile = blockIdx.x; tile < t.tiles; tile += gridDim.x) {
+  for (long long tile = block; tile < t.tiles; tile += blocks) {
     const int sample = static_cast<int>(tile / t.tiles_per_sample);
     const int tile_index = static_cast<int>(tile % t.tiles_per_sample);
     const int y0 = tile_index / t.tiles_x * t.rows, x0 = tile_index % t.tiles_x * t.cols;
@@ -402,14 +474,39 @@ __global__ void __launch_bounds__(kMaxThreads)
   for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x) {
     double sum = 0.0;
     for (int p = 0; p < t.parts; ++p) sum += sums[p * S::kWeights + i];
-    partial[static_cast<std::size_t>(blockIdx.x) * S::kWeights + i] = sum;
+    partial[static_cast<std::size_t>(block) * S::kWeights + i] = sum;
+  }
+}
+
+template <class S>
+__global__ void __launch_bounds__(kMaxThreads)
+    direct_conv2d_backward_weights_kernel(S, Correlation a, Tiling t, const float* x,
+                                          const float* dy, double* partial /* [grid, weights] */) {
+  backward_weights_block<S>(a, t, x, dy, partial, blockIdx.x, gridDim.x);
+}
+
+// Both backward directions in one grid: blocks [0, weight_blocks) are backward_weights' blocks,
+// the rest backward_data's tiles. Neither reads what the other writes, so they share the launch
+// and the GPU (the two are of similar size for the seed network's conv2) instead of queueing.
+// The block size is the larger of the two plans'; each body leaves its extra threads idle.
+template <class S>
+__global__ void __launch_bounds__(kMaxThreads)
+    direct_conv2d_backward_kernel(S, Correlation forward, Tiling weight_tiles, int weight_blocks,
+                                  Correlation data, Tiling data_tiles, const float* x,
+                                  const float* dy, const float* weight, double* partial,
+                                  float* dx) {
+  const int block = static_cast<int>(blockIdx.x);
+  if (block < weight_blocks) {
+    backward_weights_block<S>(forward, weight_tiles, x, dy, partial, block, weight_blocks);
+  } else {
+    backward_data_block<S>(data, data_tiles, dy, weight, dx, block - weight_blocks);
   }
 }
 
 // out[i] = sum over blocks b of partial[b, i] for i < columns (out_hi[i - split] from i = split
 // on, when out_hi is not nullptr), in a fixed order: a block takes 32 columns; its 8 warps each
-// add every 8th block (warp w: blocks w, w + 8, ...), then warp 0 adds the 8 sums.
-constexpr int kReduceWarps = 8;
+// add every 8th block (warp w: blocks w, w + 8, ...), then warp 0 adds the 8 sums
+// (add_rows_in_fixed_order's order).
 __global__ void __launch_bounds__(32 * kReduceWarps)
     direct_conv2d_partials_reduce_kernel(int columns, int blocks,
                                          const double* partial /* [blocks, columns] */, int split,
@@ -566,30 +663,41 @@ void direct_conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float
     const Plans p = make_plans<decltype(shape)>(g);
     MNIST_LAUNCH(direct_conv2d_forward_kernel, static_cast<unsigned>(p.forward_tiles.tiles),
                  p.forward_tiles.threads, 0, stream)
-    (shape, p.forward, p.forward_tiles, x, weight, bias, y, nullptr);
+    (shape, p.forward, p.forward_tiles, x, weight, bias, y, nullptr, StatsEpilogue{});
   });
   MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_forward_kernel");
 }
 
 void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                                  const float* weight, const float* bias, float* y, float* sum,
-                                 float* sumsq, float* workspace) {
+                                 float* sumsq, const BatchNormFinalize* bn, unsigned* counter,
+                                 float* workspace) {
   std::string why_not;
   MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_forward_stats: {}", why_not);
   check_workspace(workspace, "direct_conv2d_forward_stats");
+  MNIST_CHECK(counter, "direct_conv2d_forward_stats: no block counter");
   with_shape(g, [&](auto shape) {
     using S = decltype(shape);
     const Plans p = make_plans<S>(g);
     double* partial = reinterpret_cast<double*>(workspace);
     if (g.n > 0) {
+      StatsEpilogue e;
+      e.counter = counter;
+      e.sum = sum;
+      e.sumsq = sumsq;
+      if (bn) e.bn = *bn;
       MNIST_LAUNCH(direct_conv2d_forward_kernel, static_cast<unsigned>(p.forward_tiles.tiles),
                    p.forward_tiles.threads, 0, stream)
-      (shape, p.forward, p.forward_tiles, x, weight, bias, y, partial);
+      (shape, p.forward, p.forward_tiles, x, weight, bias, y, partial, e);
       MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_forward_kernel (with statistics)");
+      return;
     }
-    // n == 0: the reduce over zero blocks assigns zero sums.
-    reduce_partials(stream, 2 * S::K, static_cast<int>(p.forward_tiles.tiles), partial, S::K, sum,
-                    sumsq);
+    // n == 0: no block runs; the reduce over zero blocks assigns zero sums, and the finalize takes
+    // them as batch_norm_finalize would.
+    reduce_partials(stream, 2 * S::K, 0, partial, S::K, sum, sumsq);
+    if (bn)
+      batch_norm_finalize(stream, S::K, bn->count, sum, sumsq, bn->epsilon, bn->decay, bn->mean,
+                          bn->invstd, bn->running_mean, bn->running_var);
   });
 }
 
@@ -606,6 +714,31 @@ void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const
     (shape, p.backward_data, p.backward_data_tiles, dy, weight, dx);
   });
   MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_data_kernel");
+}
+
+void direct_conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                            const float* dy, const float* weight, float* dweight, float* dx,
+                            float* workspace) {
+  std::string why_not;
+  MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_backward: {}", why_not);
+  check_workspace(workspace, "direct_conv2d_backward");
+  with_shape(g, [&](auto shape) {
+    using S = decltype(shape);
+    const Plans p = make_plans<S>(g);
+    double* partial = reinterpret_cast<double*>(workspace);
+    if (g.n > 0) {
+      const long long blocks = p.weight_blocks + p.backward_data_tiles.tiles;
+      MNIST_CHECK(blocks <= INT_MAX, "direct_conv2d_backward: {} blocks exceed a grid's {}", blocks,
+                  INT_MAX);
+      MNIST_LAUNCH(direct_conv2d_backward_kernel, static_cast<unsigned>(blocks),
+                   std::max(p.weight_tiles.threads, p.backward_data_tiles.threads), 0, stream)
+      (shape, p.forward, p.weight_tiles, p.weight_blocks, p.backward_data, p.backward_data_tiles, x,
+       dy, weight, partial, dx);
+      MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_kernel");
+    }
+    // n == 0: no blocks wrote partials; the reduce over zero blocks assigns zeros.
+    reduce_partials(stream, S::kWeights, p.weight_blocks, partial, S::kWeights, dweight, nullptr);
+  });
 }
 
 void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,

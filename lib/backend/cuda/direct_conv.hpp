@@ -31,11 +31,15 @@ std::size_t direct_conv_workspace_floats(const Conv2dGeom& g);
 void direct_conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                            const float* weight, const float* bias, float* y);
 // direct_conv2d_forward, then sum[k] and sumsq[k] of y over (n, out_h, out_w) (batch_norm_stats'
-// contract), taken per tile while the outputs are in registers and added in a fixed order.
-// workspace: at least direct_conv_workspace_floats(g) floats, 8-byte aligned.
+// contract), taken per tile while the outputs are in registers and added in a fixed order by the
+// last block, in the same launch; when bn is not nullptr that block also finalizes them
+// (batch_norm_finalize's contract, Backend::conv2d_forward_batch_norm). One kernel launch (n > 0).
+// counter: the stream's block counter (launch.cuh, arrive_last). workspace: at least
+// direct_conv_workspace_floats(g) floats, 8-byte aligned.
 void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                                  const float* weight, const float* bias, float* y, float* sum,
-                                 float* sumsq, float* workspace);
+                                 float* sumsq, const BatchNormFinalize* bn, unsigned* counter,
+                                 float* workspace);
 // Assigns dx[n, c, h, w] = transposed convolution of dy with weight.
 void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
                                  const float* weight, float* dx);
@@ -44,5 +48,11 @@ void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const
 // fixed order (fp32 within a thread, double across threads and blocks).
 void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                                     const float* dy, float* dweight, float* workspace);
+// direct_conv2d_backward_weights and direct_conv2d_backward_data in one grid (the weights' blocks
+// first, then the data tiles), then the weights' reduce: two launches where there were three, the
+// same bits as the two calls.
+void direct_conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                            const float* dy, const float* weight, float* dweight, float* dx,
+                            float* workspace);
 
 }  // namespace mnist::cuda

@@ -3,7 +3,8 @@
 // The per-element arithmetic is backend/optimizer_rule.hpp, shared with the CPU twin; the bias
 // corrections 1/(1 - beta^t) are computed once per step in double: on the host, or, for a step
 // captured once and replayed, by one thread advancing the StepScalars on the device with the same
-// function (step_scalars_advance_kernel), which the Adam kernel then reads.
+// function (step_scalars_advance_kernel, or the last block of adam_update_advance_kernel), which
+// the next step's Adam kernel then reads.
 #include "backend/cuda/optimizer.hpp"
 
 #include <cmath>
@@ -15,11 +16,14 @@
 namespace mnist::cuda {
 namespace {
 
+// Set by arrive_last (launch.cuh) in adam_update_advance_kernel's blocks.
+__shared__ int last_block;
+
 // The per-step values come by value, or, when `from` is not null, from the StepScalars there.
-__global__ void adam_update_kernel(std::size_t n, std::size_t n_decay, float lr, float beta1,
-                                   float beta2, float epsilon, DecayRule<float> decay, float c1,
-                                   float c2, const StepScalars* from, float* params,
-                                   const float* grads, float* m, float* v) {
+__device__ __forceinline__ void adam_loop(std::size_t n, std::size_t n_decay, float lr, float beta1,
+                                          float beta2, float epsilon, DecayRule<float> decay,
+                                          float c1, float c2, const StepScalars* from,
+                                          float* params, const float* grads, float* m, float* v) {
   if (from) {
     lr = from->lr;
     epsilon = from->epsilon;
@@ -34,6 +38,27 @@ __global__ void adam_update_kernel(std::size_t n, std::size_t n_decay, float lr,
     m[i] = mi;
     v[i] = vi;
   }
+}
+
+__global__ void adam_update_kernel(std::size_t n, std::size_t n_decay, float lr, float beta1,
+                                   float beta2, float epsilon, DecayRule<float> decay, float c1,
+                                   float c2, const StepScalars* from, float* params,
+                                   const float* grads, float* m, float* v) {
+  adam_loop(n, n_decay, lr, beta1, beta2, epsilon, decay, c1, c2, from, params, grads, m, v);
+}
+
+// Adam reading *s, then the step's scalars advanced by the last block: every block has read *s
+// by the time it counts itself in, so the advance cannot change what any block used.
+__global__ void adam_update_advance_kernel(std::size_t n, std::size_t n_decay, float beta1,
+                                           float beta2, float l2, StepScalars* s,
+                                           double next_epsilon, bool tensorflow_epsilon,
+                                           unsigned* counter, float* params, const float* grads,
+                                           float* m, float* v) {
+  adam_loop(n, n_decay, 0.0f, beta1, beta2, 0.0f, DecayRule<float>{l2, 1.0f}, 1.0f, 1.0f, s, params,
+            grads, m, v);
+  if (!arrive_last(counter, last_block)) return;
+  if (threadIdx.x == 0) *s = step_scalars_next(*s, beta1, beta2, next_epsilon, tensorflow_epsilon);
+  depart_last(counter);
 }
 
 __global__ void sgd_update_kernel(std::size_t n, std::size_t n_decay, float lr, float momentum,
@@ -74,6 +99,16 @@ void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay,
   (n, n_decay, 0.0f, constants.beta1, constants.beta2, 0.0f, DecayRule<float>{constants.l2, 1.0f},
    1.0f, 1.0f, step, params, grads, m, v);
   MNIST_CUDA_LAUNCH_CHECK(stream, "adam_update_kernel");
+}
+
+void adam_update_and_advance(cudaStream_t stream, std::size_t n, std::size_t n_decay,
+                             const OptimizerStep& constants, StepScalars* s, float* params,
+                             const float* grads, float* m, float* v, double epsilon,
+                             bool tensorflow_epsilon, unsigned* counter) {
+  MNIST_LAUNCH(adam_update_advance_kernel, grid_for(n), kThreads, 0, stream)
+  (n, n_decay, constants.beta1, constants.beta2, constants.l2, s, epsilon, tensorflow_epsilon,
+   counter, params, grads, m, v);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "adam_update_advance_kernel");
 }
 
 // One thread: the values are a few scalars.

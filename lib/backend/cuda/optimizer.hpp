@@ -19,6 +19,13 @@ void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const 
 void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay,
                  const OptimizerStep& constants, const StepScalars* step, float* params,
                  const float* grads, float* m, float* v);
+// Adam reading *s as above, then *s = step_scalars_next(*s, constants.beta1, constants.beta2,
+// epsilon, tensorflow_epsilon), in one launch: the last block to finish (counter: the stream's
+// block counter, launch.cuh arrive_last) advances *s after every block has read it.
+void adam_update_and_advance(cudaStream_t stream, std::size_t n, std::size_t n_decay,
+                             const OptimizerStep& constants, StepScalars* s, float* params,
+                             const float* grads, float* m, float* v, double epsilon,
+                             bool tensorflow_epsilon, unsigned* counter);
 // *s = values; *s = step_scalars_next(*s, ...): one single-thread kernel each.
 void step_scalars_set(cudaStream_t stream, StepScalars* s, const StepScalars& values);
 void step_scalars_advance(cudaStream_t stream, StepScalars* s, float beta1, float beta2,
