@@ -55,10 +55,11 @@ LaunchCounts counted(Backend& be, Call&& call) {
 // agreed with the 52 kernels and 4 copies that issue 16's model of the CUDA path counted by hand
 // from the code. Since then the metric reset is a memset, not a kernel (51 kernels), and conv2's
 // two backward directions share one grid (Backend::conv2d_backward), as do each dense layer's two
-// backward products (Backend::dense_backward): 48 kernels. The device
+// backward products (Backend::dense_backward), and the direct convolutions' weight gradients are
+// summed by the blocks of their own launch: 46 kernels. The device
 // copies are the three batch norms' beta gradients (their sum of dy) and that memset; one more
 // copy brings the batch's indices from the host.
-constexpr uint64_t kSeedEagerStepKernels = 48;
+constexpr uint64_t kSeedEagerStepKernels = 46;
 constexpr uint64_t kSeedEagerStepDeviceCopies = 4;
 
 // The fused engine's step of the seed network, captured as one graph and replayed (Worker with
@@ -68,10 +69,11 @@ constexpr uint64_t kSeedEagerStepDeviceCopies = 4;
 // per block), 35 since the metric reset is a memset, 31 since each conv block's convolution also
 // reduces and finalizes its batch-norm statistics (conv2d_forward_batch_norm: one launch, was 3),
 // 29 since Adam's last block advances the step scalars (adam_update_and_advance) and conv2's two
-// backward directions share one grid (conv2d_backward), 28 since dense1's do (dense_backward), 19
-// since the dense layer's batch_norm -> relu -> dropout runs as one kernel each way
-// (dense_block.cu: 2 kernels for 6 forward and 5 backward).
-constexpr uint64_t kSeedFusedGraphStepKernels = 19;
+// backward directions share one grid (conv2d_backward), 28 since dense1's do (dense_backward), 26
+// since the convolutions' weight gradients are summed inside their launch, 17 since the dense
+// layer's batch_norm -> relu -> dropout runs as one kernel each way (dense_block.cu: 2 kernels for
+// 6 forward and 5 backward).
+constexpr uint64_t kSeedFusedGraphStepKernels = 17;
 
 }  // namespace
 
@@ -204,9 +206,9 @@ TEST_CASE("bench reports the kernels, copies and host waits of a step, counted",
       CHECK(r.kernels_per_step == kSeedEagerStepKernels);
       CHECK(r.copies_per_step == kSeedEagerStepDeviceCopies + 1);
       CHECK(r.host_syncs_per_step == 1);
-      CHECK_THAT(text, Catch::Contains("per step (counted): kernels 48 (cuBLAS/cuDNN calls 0), "
+      CHECK_THAT(text, Catch::Contains("per step (counted): kernels 46 (cuBLAS/cuDNN calls 0), "
                                        "copies 5, host syncs 1"));
-      CHECK_THAT(benchmark_json(r), Catch::Contains("\"kernels_per_step\":48,"));
+      CHECK_THAT(benchmark_json(r), Catch::Contains("\"kernels_per_step\":46,"));
     } else {
       // Replayed as one graph: the same kernels (Adam's last block advances the step scalars:
       // adam_update_and_advance); the indices were sent up with the first step's (the device

@@ -334,7 +334,7 @@ TEST_CASE(
       const LaunchCounts c = be.counts() - before;
       // What the eager step issues, plus the kernel that advances the step scalars and the
       // metrics' copy to pinned memory, in one launch from the host, and no host wait. Natively
-      // that is 48 + 1 kernels and the eager step's four device copies (the three batch norms'
+      // that is 46 + 1 kernels and the eager step's four device copies (the three batch norms'
       // and the metric reset's memset) + 1 (tests/gpu/test_launch_counts.cpp).
       CHECK(c.graph_launches == 1);
       CHECK(c.kernels == e.kernels + 1);
@@ -342,7 +342,7 @@ TEST_CASE(
       CHECK(c.copies == e.copies + 1);
       CHECK(c.host_syncs == 0);
       CHECK(e.host_syncs == 0);
-      if (engine == "native") CHECK((c.kernels == 49 && c.copies == 5));
+      if (engine == "native") CHECK((c.kernels == 47 && c.copies == 5));
       CHECK(same_bits(graph.all_values(), eager.all_values()));
     }
     // Several steps between two log steps: only the log step waits, then reads the metrics the

@@ -174,14 +174,14 @@ void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float*
 }
 
 void conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x, const float* dy,
-                     const float* weight, float* dweight, float* dbias, float* dx, float* workspace,
-                     const ReduceScratch& scratch) {
+                     const float* weight, float* dweight, float* dbias, float* dx,
+                     unsigned* counters, float* workspace, const ReduceScratch& scratch) {
   if (!dx || !direct_conv_supports(g)) {
-    conv2d_backward_weights(stream, g, x, dy, dweight, dbias, workspace, scratch);
+    conv2d_backward_weights(stream, g, x, dy, dweight, dbias, counters, workspace, scratch);
     if (dx) conv2d_backward_data(stream, g, dy, weight, dx);
     return;
   }
-  direct_conv2d_backward(stream, g, x, dy, weight, dweight, dx, workspace);
+  direct_conv2d_backward(stream, g, x, dy, weight, dweight, dx, counters, workspace);
   if (dbias) {
     const ChannelGeom bias_geom{g.n, g.k, g.out_h * g.out_w};
     channel_reduce(stream, bias_geom, scratch, DyValue{dy}, StoreFirst{dbias},
@@ -190,12 +190,12 @@ void conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x, c
 }
 
 void conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,
-                             const float* dy, float* dweight, float* dbias, float* workspace,
-                             const ReduceScratch& scratch) {
+                             const float* dy, float* dweight, float* dbias, unsigned* counters,
+                             float* workspace, const ReduceScratch& scratch) {
   const int patch = g.c * g.kh * g.kw;
   const std::size_t size = static_cast<std::size_t>(g.k) * patch;
   if (direct_conv_supports(g)) {
-    direct_conv2d_backward_weights(stream, g, x, dy, dweight, workspace);
+    direct_conv2d_backward_weights(stream, g, x, dy, dweight, counters, workspace);
   } else if (size > 0) {
     const int splits = weight_splits(g);
     const int reduction = g.n * g.out_h * g.out_w;

@@ -36,14 +36,15 @@ void conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float*
 void conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
                           const float* weight, float* dx);
 // Assigns dweight[k, c, kh, kw] = sum over (n, out_h, out_w) of dy * x-patch, and dbias[k] = sum of
-// dy when dbias is not nullptr. workspace: at least conv2d_workspace_floats(g) floats.
+// dy when dbias is not nullptr. workspace: at least conv2d_workspace_floats(g) floats. counters:
+// the stream's block counters (launch.cuh), on which the direct kernels add their blocks' sums.
 void conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,
-                             const float* dy, float* dweight, float* dbias, float* workspace,
-                             const ReduceScratch& scratch);
+                             const float* dy, float* dweight, float* dbias, unsigned* counters,
+                             float* workspace, const ReduceScratch& scratch);
 // conv2d_backward_weights, then conv2d_backward_data when dx is not nullptr; the direct kernels
 // run both directions in one grid (direct_conv2d_backward).
 void conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x, const float* dy,
-                     const float* weight, float* dweight, float* dbias, float* dx, float* workspace,
-                     const ReduceScratch& scratch);
+                     const float* weight, float* dweight, float* dbias, float* dx,
+                     unsigned* counters, float* workspace, const ReduceScratch& scratch);
 
 }  // namespace mnist::cuda

@@ -27,6 +27,7 @@
 #include "backend/cuda/elementwise.hpp"
 #include "backend/cuda/fused_optimizer.hpp"
 #include "backend/cuda/gather_batch.hpp"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/max_pool.hpp"
 #include "backend/cuda/optimizer.hpp"
 #include "backend/cuda/relu.hpp"
@@ -138,10 +139,11 @@ class CudaBackend final : public Backend {
     scratch_.partial = static_cast<double2*>(allocate(kReduceScratchEntries * sizeof(double2)));
     scratch_.capacity = kReduceScratchEntries;
     flag_device_ = static_cast<int*>(allocate(sizeof(int)));
-    // The stream's block counter (launch.cuh, arrive_last): zero now, and every kernel that
-    // counts on it leaves it zero.
-    block_counter_ = static_cast<unsigned*>(allocate(sizeof(unsigned)));
-    MNIST_CUDA_CHECK(cudaMemsetAsync(block_counter_, 0, sizeof(unsigned), stream_));
+    // The stream's block counters (launch.cuh, arrive_last): zero now, and every kernel that
+    // counts on them leaves them zero.
+    block_counter_ = static_cast<unsigned*>(allocate(cuda::kBlockCounters * sizeof(unsigned)));
+    MNIST_CUDA_CHECK(
+        cudaMemsetAsync(block_counter_, 0, cuda::kBlockCounters * sizeof(unsigned), stream_));
     MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MNIST_CUDA_CHECK(cudaMallocHost(&flag_host_, sizeof(int)));
   }
@@ -346,7 +348,8 @@ class CudaBackend final : public Backend {
     if (use_cudnn(g))
       return Backend::conv2d_backward(g, x, dy, weight, dweight, dbias, dx, workspace);
 #endif
-    cuda::conv2d_backward(stream_, g, x, dy, weight, dweight, dbias, dx, workspace, scratch_);
+    cuda::conv2d_backward(stream_, g, x, dy, weight, dweight, dbias, dx, block_counter_, workspace,
+                          scratch_);
   }
   void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy, float* dweight,
                                float* dbias, float* workspace) override {
@@ -354,7 +357,8 @@ class CudaBackend final : public Backend {
 #if MNIST_HAVE_CUDNN
     if (use_cudnn(g)) return cudnn_->backward_weights(g, x, dy, dweight, dbias, workspace);
 #endif
-    cuda::conv2d_backward_weights(stream_, g, x, dy, dweight, dbias, workspace, scratch_);
+    cuda::conv2d_backward_weights(stream_, g, x, dy, dweight, dbias, block_counter_, workspace,
+                                  scratch_);
   }
 
   // ---- max pooling ----------------------------------------------------------------------------
@@ -495,7 +499,8 @@ class CudaBackend final : public Backend {
   void softmax_cross_entropy(int n, int k, const float* logits, const int32_t* labels,
                              float grad_scale, float* dlogits, float* metrics) override {
     activate();
-    cuda::softmax_cross_entropy(stream_, n, k, logits, labels, grad_scale, dlogits, metrics);
+    cuda::softmax_cross_entropy(stream_, n, k, logits, labels, grad_scale, dlogits, metrics,
+                                scratch_, block_counter_);
   }
 
   // ---- optimizers -----------------------------------------------------------------------------
@@ -782,7 +787,7 @@ class CudaBackend final : public Backend {
   cuda::ReduceScratch scratch_;
   int* flag_device_ = nullptr;
   int* flag_host_ = nullptr;           // pinned, so the flag's copy back is a true async copy
-  unsigned* block_counter_ = nullptr;  // 0 between kernels; see launch.cuh, arrive_last
+  unsigned* block_counter_ = nullptr;  // [kBlockCounters], 0 between kernels (launch.cuh)
 };
 
 }  // namespace

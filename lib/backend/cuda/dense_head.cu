@@ -10,7 +10,8 @@
 // warps add their accumulators into shared memory in warp order, the block writes its partial to
 // the workspace, and the last block to finish (launch.cuh, arrive_last) adds the blocks'
 // partials in block order, in double: the gradients repeat bit for bit. The loss and hit count
-// follow softmax_cross_entropy.cu (per-block atomics into metrics).
+// follow softmax_cross_entropy.cu: each block's loss and hit count go with its partial, and the
+// last block adds them in block order, as the gradients (no atomics: the same bits every run).
 //
 // Performance model (an ESTIMATE, no GPU measured it): at n = 1024, in = 100, k = 10 the head
 // is 6 MFLOP and 0.4 MB of x; the kernel is bound by its latency (~4 dependent rows per warp,
@@ -44,7 +45,8 @@ __global__ void __launch_bounds__(kHeadThreads)
     dense_softmax_cross_entropy_kernel(int n, int in, int k, const float* x, const float* weight,
                                        const float* bias, const int32_t* labels, float grad_scale,
                                        float* dx, float* dweight, float* dbias, float* metrics,
-                                       unsigned* counter, double* partial /* [grid, k*in + k] */) {
+                                       unsigned* counter,
+                                       double* partial /* [grid, k*in + k + 2] */) {
   __shared__ float w_s[kMaxClasses * kMaxIn];
   __shared__ float sums[kMaxClasses * kMaxIn + kMaxClasses];
   __shared__ float warp_loss[kHeadWarps];
@@ -155,30 +157,42 @@ __global__ void __launch_bounds__(kHeadThreads)
     }
     __syncthreads();
   }
+  // The block's row: its gradient sums, then its loss and hit count.
+  const int row_length = grads + 2;
+  double* row = partial + static_cast<std::size_t>(blockIdx.x) * row_length;
   if (threadIdx.x == 0) {
     float block_loss = 0.0f, block_correct = 0.0f;
     for (int w = 0; w < kHeadWarps; ++w) {
       block_loss += warp_loss[w];
       block_correct += warp_correct[w];
     }
-    atomicAdd(&metrics[kLossSum], block_loss);
-    atomicAdd(&metrics[kCorrect], block_correct);
-    if (blockIdx.x == 0) atomicAdd(&metrics[kSamples], static_cast<float>(n));
+    row[grads] = block_loss;
+    row[grads + 1] = block_correct;
   }
-  for (int e = threadIdx.x; e < grads; e += kHeadThreads)
-    partial[static_cast<std::size_t>(blockIdx.x) * grads + e] = sums[e];
+  for (int e = threadIdx.x; e < grads; e += kHeadThreads) row[e] = sums[e];
 
   // The last block to get here adds every block's partial, in block order.
   if (!arrive_last(counter, is_last)) return;
   const volatile double* all = partial;  // written by other blocks: not from a stale cache line
   for (int e = threadIdx.x; e < grads; e += kHeadThreads) {
     double total = 0.0;
-    for (unsigned b = 0; b < gridDim.x; ++b) total += all[static_cast<std::size_t>(b) * grads + e];
+    for (unsigned b = 0; b < gridDim.x; ++b)
+      total += all[static_cast<std::size_t>(b) * row_length + e];
     if (e < weights) {
       dweight[e] = static_cast<float>(total);
     } else if (dbias) {
       dbias[e - weights] = static_cast<float>(total);
     }
+  }
+  if (threadIdx.x == 0) {
+    float loss = 0.0f, hits = 0.0f;
+    for (unsigned b = 0; b < gridDim.x; ++b) {
+      loss += static_cast<float>(all[static_cast<std::size_t>(b) * row_length + grads]);
+      hits += static_cast<float>(all[static_cast<std::size_t>(b) * row_length + grads + 1]);
+    }
+    metrics[kLossSum] += loss;
+    metrics[kCorrect] += hits;
+    metrics[kSamples] += static_cast<float>(n);
   }
   depart_last(counter);
 }
@@ -191,7 +205,7 @@ bool dense_head_supports(int n, int in, int k) {
 
 std::size_t dense_head_workspace_floats(int n, int in, int k) {
   const std::size_t grads = static_cast<std::size_t>(k) * in + k;
-  return 2 * static_cast<std::size_t>(head_blocks(n)) * grads;
+  return 2 * static_cast<std::size_t>(head_blocks(n)) * (grads + 2);  // + loss, hits
 }
 
 void dense_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k, const float* x,

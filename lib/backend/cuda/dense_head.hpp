@@ -13,7 +13,7 @@ namespace mnist::cuda {
 bool dense_head_supports(int n, int in, int k);
 
 // Floats of workspace dense_softmax_cross_entropy needs: the blocks' partial weight and bias
-// gradients (double). Never decreases with n.
+// gradients, loss and hit count (double). Never decreases with n.
 std::size_t dense_head_workspace_floats(int n, int in, int k);
 
 // x[n, in], weight[k, in], bias[k] or nullptr, labels int32[n]. Accumulates metrics[kMetricSlots]

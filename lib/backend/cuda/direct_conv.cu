@@ -24,13 +24,14 @@
 //     thread's KB channels are adjacent). A thread owns one (c, r, group of KB filters) and all
 //     KW taps s: KB*KW fp32 accumulators; `parts` threads share each owner and take every
 //     parts-th row of the tile, sliding a KW-wide window along the row (one new input per pixel).
-//     At the end the block adds its parts in double in part order, writes one double per weight
-//     to the workspace, and direct_conv2d_partials_reduce_kernel adds the blocks in a fixed order
-//     (32 weights per block, 8 fixed strided partial sums each). No atomics anywhere: the results
-//     repeat bit for bit, run after run.
+//     At the end the block adds its parts in double in part order and writes one double per
+//     weight to the workspace; the last block of each group of 16 adds its group's rows in block
+//     order, and the last of those adds the groups in group order (add_weight_partials: two
+//     fixed-order levels in the same launch, on the stream's block counters). No atomics in any
+//     sum: the results repeat bit for bit, run after run.
 //   backward (both directions, direct_conv2d_backward): one grid whose first blocks are
-//     backward_weights' and the rest backward_data's tiles, then the reduce: two launches for
-//     three, and the two independent halves share the GPU instead of queueing.
+//     backward_weights' and the rest backward_data's tiles: one launch where there were three
+//     (weights, their reduce, data), and the two independent halves share the GPU.
 //
 // Shared memory: every tile kernel here carves one static pool of kPoolFloats (24 KB); the
 // partials reduce needs only its 32 warp sums. One pool, not a
@@ -43,8 +44,8 @@
 // ESTIMATE from the code, not measured (no GPU was available while this was written): time is
 // max(bytes / 4.8 TB/s, FLOPs / (67 TFLOP/s * efficiency)) with an assumed efficiency of 50% for
 // the correlations (about one shared-memory load per 5-6 FMAs, 77-88% of lanes holding a pixel)
-// and 40% for backward_weights (its window shifts and row tails), plus ~3 us for its reduce
-// launch.
+// and 40% for backward_weights (its window shifts and row tails), plus ~2 us for the sums of its
+// last group and of the groups, which run after the grid's other work.
 // clang-format off
 //   launch                         GFLOP   MB moved   model
 //   conv1 1->6 forward             0.241     22.5      ~7 us   (compute bound)
@@ -478,11 +479,47 @@ __device__ __forceinline__ void backward_weights_block(const Correlation& a, con
   }
 }
 
+// The blocks' rows of partial sums, added in two fixed-order levels inside the launch: the last
+// block of each group of kWeightGroup consecutive blocks adds its group's rows in block order into
+// group_sums[group] (counted on counters[1 + group]); the last of those adds the groups in group
+// order into dweight (counted on counters[0]). A group's sum overlaps the other groups' tiles, so
+// only the last group's and the final sum (~16 rows each) run after the grid's work.
+constexpr int kWeightGroup = 16;
+static_assert(1 + (kWeightBlocks + kWeightGroup - 1) / kWeightGroup <= kBlockCounters,
+              "a counter per group and one for the groups");
+template <class S>
+__device__ __forceinline__ void add_weight_partials(const double* partial, double* group_sums,
+                                                    float* dweight, unsigned* counters, int block,
+                                                    int blocks) {
+  const int group = block / kWeightGroup, first = group * kWeightGroup;
+  const int rows = min(kWeightGroup, blocks - first);
+  if (!arrive_last(counters + 1 + group, last_block, static_cast<unsigned>(rows))) return;
+  const volatile double* rows_of_group = partial + static_cast<std::size_t>(first) * S::kWeights;
+  for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x) {
+    double sum = 0.0;
+    for (int r = 0; r < rows; ++r)
+      sum += rows_of_group[static_cast<std::size_t>(r) * S::kWeights + i];
+    group_sums[static_cast<std::size_t>(group) * S::kWeights + i] = sum;
+  }
+  depart_last(counters + 1 + group);
+  const int groups = (blocks + kWeightGroup - 1) / kWeightGroup;
+  if (!arrive_last(counters, last_block, static_cast<unsigned>(groups))) return;
+  const volatile double* all = group_sums;
+  for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x) {
+    double sum = 0.0;
+    for (int g = 0; g < groups; ++g) sum += all[static_cast<std::size_t>(g) * S::kWeights + i];
+    dweight[i] = static_cast<float>(sum);
+  }
+  depart_last(counters);
+}
+
 template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
     direct_conv2d_backward_weights_kernel(S, Correlation a, Tiling t, const float* x,
-                                          const float* dy, double* partial /* [grid, weights] */) {
+                                          const float* dy, double* partial /* [grid, weights] */,
+                                          double* group_sums, float* dweight, unsigned* counters) {
   backward_weights_block<S>(a, t, x, dy, partial, blockIdx.x, gridDim.x);
+  add_weight_partials<S>(partial, group_sums, dweight, counters, blockIdx.x, gridDim.x);
 }
 
 // Both backward directions in one grid: blocks [0, weight_blocks) are backward_weights' blocks,
@@ -494,10 +531,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     direct_conv2d_backward_kernel(S, Correlation forward, Tiling weight_tiles, int weight_blocks,
                                   Correlation data, Tiling data_tiles, const float* x,
                                   const float* dy, const float* weight, double* partial,
+                                  double* group_sums, float* dweight, unsigned* counters,
                                   float* dx) {
   const int block = static_cast<int>(blockIdx.x);
   if (block < weight_blocks) {
     backward_weights_block<S>(forward, weight_tiles, x, dy, partial, block, weight_blocks);
+    add_weight_partials<S>(partial, group_sums, dweight, counters, block, weight_blocks);
   } else {
     backward_data_block<S>(data, data_tiles, dy, weight, dx, block - weight_blocks);
   }
@@ -646,9 +685,10 @@ std::size_t direct_conv_workspace_floats(const Conv2dGeom& g) {
   with_shape(g, [&](auto shape) {
     using S = decltype(shape);
     const Plans p = make_plans<S>(g);
-    // backward_weights' partials (weight_blocks grows with n up to kWeightBlocks) or
-    // forward_stats' (one per forward tile): neither decreases with n.
-    floats = 2 * std::max(static_cast<std::size_t>(p.weight_blocks) * S::kWeights,
+    // backward_weights' partials and group sums (weight_blocks grows with n up to
+    // kWeightBlocks) or forward_stats' (one per forward tile): neither decreases with n.
+    const std::size_t groups = (p.weight_blocks + kWeightGroup - 1) / kWeightGroup;
+    floats = 2 * std::max((p.weight_blocks + groups) * S::kWeights,
                           static_cast<std::size_t>(p.forward_tiles.tiles) * 2 * S::K);
   });
   return floats;
@@ -718,7 +758,7 @@ void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const
 
 void direct_conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                             const float* dy, const float* weight, float* dweight, float* dx,
-                            float* workspace) {
+                            unsigned* counters, float* workspace) {
   std::string why_not;
   MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_backward: {}", why_not);
   check_workspace(workspace, "direct_conv2d_backward");
@@ -733,16 +773,19 @@ void direct_conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const floa
       MNIST_LAUNCH(direct_conv2d_backward_kernel, static_cast<unsigned>(blocks),
                    std::max(p.weight_tiles.threads, p.backward_data_tiles.threads), 0, stream)
       (shape, p.forward, p.weight_tiles, p.weight_blocks, p.backward_data, p.backward_data_tiles, x,
-       dy, weight, partial, dx);
+       dy, weight, partial, partial + static_cast<std::size_t>(p.weight_blocks) * S::kWeights,
+       dweight, counters, dx);
       MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_kernel");
+      return;
     }
-    // n == 0: no blocks wrote partials; the reduce over zero blocks assigns zeros.
-    reduce_partials(stream, S::kWeights, p.weight_blocks, partial, S::kWeights, dweight, nullptr);
+    // n == 0: no block runs; the reduce over zero blocks assigns zeros.
+    reduce_partials(stream, S::kWeights, 0, partial, S::kWeights, dweight, nullptr);
   });
 }
 
 void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,
-                                    const float* dy, float* dweight, float* workspace) {
+                                    const float* dy, float* dweight, unsigned* counters,
+                                    float* workspace) {
   std::string why_not;
   MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_backward_weights: {}", why_not);
   check_workspace(workspace, "direct_conv2d_backward_weights");
@@ -753,11 +796,13 @@ void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, co
     if (p.weight_blocks > 0) {
       MNIST_LAUNCH(direct_conv2d_backward_weights_kernel, p.weight_blocks, p.weight_tiles.threads,
                    0, stream)
-      (shape, p.forward, p.weight_tiles, x, dy, partial);
+      (shape, p.forward, p.weight_tiles, x, dy, partial,
+       partial + static_cast<std::size_t>(p.weight_blocks) * S::kWeights, dweight, counters);
       MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_backward_weights_kernel");
+      return;
     }
-    // n == 0: no blocks wrote partials; the reduce over zero blocks assigns zeros.
-    reduce_partials(stream, S::kWeights, p.weight_blocks, partial, S::kWeights, dweight, nullptr);
+    // n == 0: no block runs; the reduce over zero blocks assigns zeros.
+    reduce_partials(stream, S::kWeights, 0, partial, S::kWeights, dweight, nullptr);
   });
 }
 

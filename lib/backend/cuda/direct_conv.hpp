@@ -45,14 +45,16 @@ void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const
                                  const float* weight, float* dx);
 // Assigns dweight[k, c, kh, kw] = sum over (n, out_h, out_w) of dy * x-patch. workspace: at least
 // direct_conv_workspace_floats(g) floats, 8-byte aligned. Bit-repeatable: every sum runs in a
-// fixed order (fp32 within a thread, double across threads and blocks).
+// fixed order (fp32 within a thread, double across threads and blocks), the blocks' added by
+// blocks of the same launch (one launch, n > 0), counted on `counters`, the stream's block
+// counters (launch.cuh, kBlockCounters of them).
 void direct_conv2d_backward_weights(cudaStream_t stream, const Conv2dGeom& g, const float* x,
-                                    const float* dy, float* dweight, float* workspace);
+                                    const float* dy, float* dweight, unsigned* counters,
+                                    float* workspace);
 // direct_conv2d_backward_weights and direct_conv2d_backward_data in one grid (the weights' blocks
-// first, then the data tiles), then the weights' reduce: two launches where there were three, the
-// same bits as the two calls.
+// first, then the data tiles): one launch, the same bits as the two calls.
 void direct_conv2d_backward(cudaStream_t stream, const Conv2dGeom& g, const float* x,
                             const float* dy, const float* weight, float* dweight, float* dx,
-                            float* workspace);
+                            unsigned* counters, float* workspace);
 
 }  // namespace mnist::cuda

@@ -105,19 +105,25 @@ __device__ __forceinline__ double block_sum(double value, double* shared /* [kTh
 // then all its threads call arrive_last. It returns true, in every thread, in the one block that
 // arrives last: that block alone then reads every block's partial (through a volatile pointer:
 // they were written by other blocks) and must call depart_last before it ends. `counter` is an
-// unsigned in device memory that is 0 whenever no such kernel runs: CudaBackend owns one, zeroed
-// when it is made, and depart_last sets it back to 0 for the next kernel on the stream (kernels on
-// one stream never overlap, so one counter serves them all and no memset precedes a launch).
+// unsigned in device memory that is 0 whenever no such kernel runs: CudaBackend owns
+// kBlockCounters of them, zeroed when it is made, and depart_last sets one back to 0 for the next
+// kernel on the stream (kernels on one stream never overlap, so the counters serve them all and no
+// memset precedes a launch). A kernel may count a group of its blocks on another counter
+// (`expected` blocks arrive there) before counting the groups' last blocks on the first.
 // is_last: an int in the kernel file's shared memory (a namespace-scope __shared__ variable: the
 // CUDA emulation cannot place a static of an inline function in its shared section).
-__device__ __forceinline__ bool arrive_last(unsigned* counter, int& is_last) {
+constexpr int kBlockCounters = 32;
+__device__ __forceinline__ bool arrive_last(unsigned* counter, int& is_last, unsigned expected) {
   __threadfence();  // this block's partial is visible to the others before the count says so
   __syncthreads();
   const bool first = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
-  if (first) is_last = atomicAdd(counter, 1u) == gridDim.x * gridDim.y * gridDim.z - 1 ? 1 : 0;
+  if (first) is_last = atomicAdd(counter, 1u) == expected - 1 ? 1 : 0;
   __syncthreads();
   if (is_last) __threadfence();  // the others' partials are read after their counts
   return is_last != 0;
+}
+__device__ __forceinline__ bool arrive_last(unsigned* counter, int& is_last) {
+  return arrive_last(counter, is_last, gridDim.x * gridDim.y * gridDim.z);
 }
 __device__ __forceinline__ void depart_last(unsigned* counter) {
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) *counter = 0u;

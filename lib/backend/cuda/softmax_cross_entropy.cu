@@ -1,12 +1,16 @@
 // Softmax cross-entropy: one warp per row (8 rows per block of 256, grid-stride over rows). The
 // lanes stride over the k logits; warp shuffles give the max (with its lowest index, for accuracy)
 // and the sum of exponentials. Each warp keeps its loss and hit count in lane 0; the block adds its
-// 8 warps in order and issues one atomicAdd per metric, so atomics are per block, not per row.
+// 8 warps in order and writes its sums to the reduction scratch; the last block to finish
+// (launch.cuh, arrive_last) adds the blocks in block order and adds that to the metrics. No
+// atomics in the sums: the loss of a step is the same float however the GPU schedules its blocks
+// (float atomics would add them in whatever order the blocks finish).
 #include "backend/cuda/softmax_cross_entropy.hpp"
 
 #include <cfloat>
 #include <cmath>
 
+#include "backend/cuda/channel_reduce.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/kernel_args.hpp"
@@ -16,9 +20,13 @@ namespace {
 
 constexpr int kWarps = kThreads / 32;
 
+// Set by arrive_last (launch.cuh).
+__shared__ int last_block;
+
 __global__ void __launch_bounds__(kThreads)
     softmax_cross_entropy_forward_kernel(int n, int k, const float* logits, const int32_t* labels,
-                                         float grad_scale, float* dlogits, float* metrics) {
+                                         float grad_scale, float* dlogits, float* metrics,
+                                         double2* partial /* [grid] */, unsigned* counter) {
   __shared__ float warp_loss[kWarps];
   __shared__ float warp_correct[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -68,21 +76,33 @@ __global__ void __launch_bounds__(kThreads)
       block_loss += warp_loss[w];
       block_correct += warp_correct[w];
     }
-    atomicAdd(&metrics[kLossSum], block_loss);
-    atomicAdd(&metrics[kCorrect], block_correct);
-    if (blockIdx.x == 0) atomicAdd(&metrics[kSamples], static_cast<float>(n));
+    partial[blockIdx.x] = make_double2(block_loss, block_correct);
   }
+  if (!arrive_last(counter, last_block)) return;
+  if (threadIdx.x == 0) {
+    const volatile double* all = reinterpret_cast<const volatile double*>(partial);
+    float loss = 0.0f, hits = 0.0f;
+    for (unsigned b = 0; b < gridDim.x; ++b) {
+      loss += static_cast<float>(all[2 * b]);
+      hits += static_cast<float>(all[2 * b + 1]);
+    }
+    metrics[kLossSum] += loss;
+    metrics[kCorrect] += hits;
+    metrics[kSamples] += static_cast<float>(n);
+  }
+  depart_last(counter);
 }
 
 }  // namespace
 
 void softmax_cross_entropy(cudaStream_t stream, int n, int k, const float* logits,
-                           const int32_t* labels, float grad_scale, float* dlogits,
-                           float* metrics) {
+                           const int32_t* labels, float grad_scale, float* dlogits, float* metrics,
+                           const ReduceScratch& scratch, unsigned* counter) {
   const unsigned blocks = static_cast<unsigned>(
-      std::min<std::size_t>(std::max(1, ceil_div(n, kWarps)), kMaxGridBlocks));
+      std::min<std::size_t>({static_cast<std::size_t>(std::max(1, ceil_div(n, kWarps))),
+                             kMaxGridBlocks, scratch.capacity}));
   MNIST_LAUNCH(softmax_cross_entropy_forward_kernel, blocks, kThreads, 0, stream)
-  (n, k, logits, labels, grad_scale, dlogits, metrics);
+  (n, k, logits, labels, grad_scale, dlogits, metrics, scratch.partial, counter);
   MNIST_CUDA_LAUNCH_CHECK(stream, "softmax_cross_entropy_forward_kernel");
 }
 

@@ -32,6 +32,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <boost/context/fiber.hpp>
 #include <cstdint>
 #include <memory>
@@ -40,6 +41,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 // ---- qualifiers and built-in types --------------------------------------------------------
 #define __global__
@@ -486,12 +488,24 @@ inline cudaError_t launch(const Launch& where, dim3 grid, dim3 block, std::size_
   }
   blockDim = block;
   gridDim = grid;
-  for (unsigned z = 0; z < grid.z && b.error.empty(); ++z)
-    for (unsigned y = 0; y < grid.y && b.error.empty(); ++y)
-      for (unsigned x = 0; x < grid.x && b.error.empty(); ++x) {
-        b.index = uint3{x, y, z};
-        run_block(b, s, rng);
-      }
+  // Blocks run one after another, in the schedule's order too (index order, reversed or
+  // shuffled), so a kernel that assumes which block finishes last (a "last block" reduction must
+  // not) fails under some schedule.
+  const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+  std::vector<unsigned long long> shuffled;
+  if (s.order == Order::random) {
+    shuffled.resize(blocks);
+    for (unsigned long long i = 0; i < blocks; ++i) shuffled[i] = i;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  }
+  for (unsigned long long i = 0; i < blocks && b.error.empty(); ++i) {
+    const unsigned long long at = s.order == Order::random    ? shuffled[i]
+                                  : s.order == Order::reverse ? blocks - 1 - i
+                                                              : i;
+    b.index = uint3{static_cast<unsigned>(at % grid.x), static_cast<unsigned>(at / grid.x % grid.y),
+                    static_cast<unsigned>(at / (1ull * grid.x * grid.y))};
+    run_block(b, s, rng);
+  }
   if (b.error.empty()) return cudaSuccess;
   std::fprintf(stderr, "emulated CUDA: kernel failed: %s\n", b.error.c_str());
   set_sticky(where.device, b.error);
