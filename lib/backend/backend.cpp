@@ -1,10 +1,10 @@
 // Backend methods with a default: conv2d_forward_stats, conv2d_backward, conv_block_backward,
-// dense_backward,
-// conv2d_forward_batch_norm, adam_update_and_advance, dense_softmax_cross_entropy and
-// adam_update_partials compose the calls they stand for (the CPU backend's fused ops, the oracle of
-// the CUDA kernels); the fused block's, which only some engines implement (see backend.hpp),
-// refuse, naming the backend, so a model that asked for a fused block where fuses_conv_block() said
-// no fails loudly; so do the capture calls on a backend that cannot capture.
+// dense_backward, conv2d_forward_batch_norm, adam_update_and_advance, dense_softmax_cross_entropy,
+// adam_update_partials and the dense block's two calls compose the calls they stand for (the CPU
+// backend's fused ops, the oracle of the CUDA kernels); the fused conv block's, which only some
+// engines implement (see backend.hpp), refuse, naming the backend, so a model that asked for a
+// fused block where fuses_conv_block() said no fails loudly; so do the capture calls on a backend
+// that cannot capture.
 #include "backend/backend.hpp"
 
 #include "build_info.hpp"
@@ -112,6 +112,65 @@ void Backend::adam_update_partials(std::size_t n, std::size_t n_decay, const Opt
   if (n > 0) copy_on_device(grads, partials, n * sizeof(float));
   for (int p = 1; p < parts; ++p) add(n, partials + static_cast<std::size_t>(p) * n, grads);
   adam_update(n, n_decay, s, nullptr, params, grads, m, v);
+}
+
+namespace {
+void check_dense_block(const Backend& b, const char* op, int n, int c, const DropoutArgs* dropout) {
+  MNIST_CHECK(n >= 1 && c >= 1, "{}: {} needs n >= 1 samples and c >= 1 features, got n {}, c {}",
+              b.name(), op, n, c);
+  MNIST_CHECK(!dropout || (dropout->rate >= 0.0f && dropout->rate < 1.0f),
+              "{}: {}: dropout rate {} is outside [0, 1)", b.name(), op, dropout->rate);
+}
+}  // namespace
+
+void Backend::dense_block_forward(int n, int c, const float* x, float epsilon, float decay,
+                                  const float* gamma, const float* beta, const DropoutArgs* dropout,
+                                  float* y, float* mean, float* invstd, float* running_mean,
+                                  float* running_var, float* scratch) {
+  check_dense_block(*this, "dense_block_forward", n, c, dropout);
+  const ChannelGeom g{n, c, 1};
+  const std::size_t values = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
+  float* sum = scratch;
+  float* sumsq = scratch + c;
+  batch_norm_stats(g, x, sum, sumsq);
+  batch_norm_finalize(c, static_cast<double>(n), sum, sumsq, epsilon, decay, mean, invstd,
+                      running_mean, running_var);
+  // Each step below reads and writes element i alone, so y serves as their input and output.
+  batch_norm_apply(g, x, mean, invstd, gamma, beta, y);
+  relu_forward(values, y, y);
+  if (dropout) {
+    dropout_forward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+                    dropout->first_sample, y, y);
+  }
+}
+
+void Backend::dense_block_backward(int n, int c, const float* x, const float* mean,
+                                   const float* invstd, const float* gamma, const float* beta,
+                                   const DropoutArgs* dropout, const float* dy, float* dx,
+                                   float* dgamma, float* dbeta, float* scratch) {
+  check_dense_block(*this, "dense_block_backward", n, c, dropout);
+  const ChannelGeom g{n, c, 1};
+  const std::size_t values = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
+  float* grad = scratch;           // the gradient that reaches the batch norm
+  float* relu = scratch + values;  // the ReLU's output, recomputed
+  float* sum_dy = scratch + 2 * values;
+  float* sum_dy_xhat = sum_dy + c;
+  const float* relu_dy = dy;
+  if (dropout) {
+    dropout_backward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+                     dropout->first_sample, dy, grad);
+    relu_dy = grad;
+  }
+  batch_norm_apply(g, x, mean, invstd, gamma, beta, relu);
+  relu_forward(values, relu, relu);
+  relu_backward(values, relu, relu_dy, grad);
+  batch_norm_backward_reduce(g, grad, x, mean, invstd, sum_dy, sum_dy_xhat);
+  if (dbeta) copy_on_device(dbeta, sum_dy, sizeof(float) * c);
+  if (dgamma) copy_on_device(dgamma, sum_dy_xhat, sizeof(float) * c);
+  if (dx) {
+    batch_norm_backward_apply(g, grad, x, mean, invstd, gamma, sum_dy, sum_dy_xhat,
+                              static_cast<double>(n), dx);
+  }
 }
 
 void Backend::bn_relu_pool_forward(const PoolGeom&, const float*, const float*, const float*,

@@ -212,6 +212,36 @@ class Backend {
                                    const float* x, const float* weight, float* dweight,
                                    float* dbias, float* dx, float* dconv, float* workspace);
 
+  // ---- fused batch norm -> ReLU (-> dropout) after a dense layer -------------------------------
+  // Engines that return true from fuses_dense_block() run a batch_norm -> relu (-> dropout) over a
+  // dense layer's output in training, with the batch's own statistics (not sync batch norm), as
+  // these two calls instead of the chains they stand for (the defaults below, which are the CPU
+  // backend's twin and the oracle of the fused kernels). x: the dense output [n, c], one batch-norm
+  // channel per feature (ChannelGeom{n, c, 1}); n >= 1, c >= 1. gamma nullptr means 1, beta
+  // nullptr 0; dropout nullptr means no dropout. scratch: at least dense_block_scratch_floats(n, c)
+  // floats of this backend's memory (an engine that fuses may leave it unused).
+  virtual bool fuses_dense_block() const { return false; }
+  static std::size_t dense_block_scratch_floats(int n, int c) {
+    return 2 * static_cast<std::size_t>(n) * static_cast<std::size_t>(c) +
+           2 * static_cast<std::size_t>(c);
+  }
+  // The chain batch_norm_stats -> batch_norm_finalize(count = n, epsilon, decay) ->
+  // batch_norm_apply(gamma, beta) -> relu_forward -> dropout_forward (when dropout is not nullptr).
+  // Assigns y[n, c], mean[c], invstd[c]; updates running_mean[c], running_var[c] in place.
+  virtual void dense_block_forward(int n, int c, const float* x, float epsilon, float decay,
+                                   const float* gamma, const float* beta,
+                                   const DropoutArgs* dropout, float* y, float* mean, float* invstd,
+                                   float* running_mean, float* running_var, float* scratch);
+  // Its backward, from the forward's x, mean and invstd (the ReLU's output is not kept: its sign
+  // is recomputed as relu(batch_norm_apply(x)) with the forward's rounding): the chain
+  // dropout_backward -> relu_backward -> batch_norm_backward_reduce -> batch_norm_backward_apply
+  // (count = n). Assigns dbeta[c] = sum_dy and dgamma[c] = sum_dy_xhat when not nullptr, and
+  // dx[n, c] when not nullptr (nullptr: only the parameter gradients are wanted).
+  virtual void dense_block_backward(int n, int c, const float* x, const float* mean,
+                                    const float* invstd, const float* gamma, const float* beta,
+                                    const DropoutArgs* dropout, const float* dy, float* dx,
+                                    float* dgamma, float* dbeta, float* scratch);
+
   // ---- dense: x[n, in], weight[out, in], bias[out] or nullptr, y[n, out] -----------------------
   virtual void dense_forward(int n, int in, int out, const float* x, const float* weight,
                              const float* bias, float* y) = 0;  // assigns y
@@ -327,7 +357,8 @@ class Backend {
 // with the backends that run each, is config/spellings.cpp).
 // CUDA: native every kernel hand-written, one per op; cublas dense layers through cuBLAS;
 //   cudnn convolutions through cuDNN, dense through cuBLAS; fused hand-written, with the conv
-//   blocks (fuses_conv_block) and the head (fuses_dense_head) fused (docs/gpu_speed.md).
+//   blocks (fuses_conv_block, conv_block_backward), the dense blocks (fuses_dense_block) and the
+//   head (fuses_dense_head) fused (docs/gpu_speed.md).
 // CPU (cpu_engines()): native direct convolutions with vector kernels for the CPU's instruction
 //   set; blas convolutions by im2col + OpenBLAS GEMM (only in builds with OpenBLAS).
 struct BackendOptions {

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/rng.hpp"
+
 namespace mnist {
 
 // Convolution of x[n, c, h, w] with weights w[k, c, kh, kw] into y[n, k, out_h, out_w]
@@ -85,6 +87,17 @@ struct StepScalars {
   float c1 = 1.0f;       // Adam's 1 / (1 - beta1^t)
   float c2 = 1.0f;       // Adam's 1 / (1 - beta2^t)
   float epsilon = 0.0f;  // Adam's epsilon for t (the TensorFlow style scales it with t)
+};
+
+// One dropout (Backend::dropout_forward's arguments, for the fused ops that end in one): the rate
+// in [0, 1), the layer's key, the step (read from *step_scalars when the kernel runs when that is
+// not nullptr) and the global batch position of the slice's first sample.
+struct DropoutArgs {
+  float rate = 0.0f;
+  RngKey key{};
+  uint32_t step = 0;
+  const StepScalars* step_scalars = nullptr;
+  uint32_t first_sample = 0;
 };
 
 // Indices of the metric accumulators every loss kernel adds into (a float[3] on the device).

@@ -156,15 +156,18 @@ class DenseLayer final : public Layer {
   }
 };
 
+// A dropout's mask is keyed by (seed, layer index); its counters are (step, global sample,
+// element): see Backend. DropoutLayer and DenseBlockLayer draw it with this key.
+RngKey dropout_key(const PassContext& ctx, const LayerPlan& dropout) {
+  return make_rng_key(ctx.seed, 0x2000u + static_cast<uint32_t>(dropout.index));
+}
+
 class DropoutLayer final : public Layer {
  public:
   using Layer::Layer;
 
  private:
-  // Keyed by (seed, layer index); counters by (step, global sample, element): see Backend.
-  RngKey key(const PassContext& ctx) const {
-    return make_rng_key(ctx.seed, 0x2000u + static_cast<uint32_t>(plan_.index));
-  }
+  RngKey key(const PassContext& ctx) const { return dropout_key(ctx, plan_); }
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     const int per_sample = static_cast<int>(plan_.out.size());
     if (!ctx.training || plan_.spec.rate == 0.0f) {
@@ -354,7 +357,144 @@ class ConvBlockLayer final : public Layer {
   DeviceBuffer<float> sums_, mean_, invstd_, grad_sums_;
 };
 
+// batch_norm -> relu (-> dropout) over a dense layer's output [n, c] (a flat input: each channel
+// one feature) as one layer, on engines that fuse it (Backend::fuses_dense_block). Training with
+// the slice's own statistics makes the two fused calls; sync batch norm runs the chain of separate
+// ops with the all-reduces where BatchNormLayer makes them; evaluation applies the running
+// statistics and the ReLU (dropout is the identity). Its output is the dropout's (or the ReLU's
+// when no dropout follows); the ReLU's output is never stored.
+class DenseBlockLayer final : public Layer {
+ public:
+  DenseBlockLayer(const Model& m, const LayerPlan& bn, const LayerBinding& b, int max_batch)
+      : Layer(m, bn, b, max_batch),
+        dropout_(dense_block_dropout(m, bn.index)),
+        sums_(*b.backend, 2 * static_cast<std::size_t>(bn.in.c)),
+        mean_(*b.backend, bn.in.c),
+        invstd_(*b.backend, bn.in.c),
+        grad_sums_(*b.backend, 2 * static_cast<std::size_t>(bn.in.c)) {}
+
+  int span() const override { return dropout_ ? 3 : 2; }
+  // The fused calls' scratch, which the sync batch norm chain below uses too (two [n, c] buffers).
+  std::size_t workspace_floats() const override {
+    return Backend::dense_block_scratch_floats(max_batch_, channels());
+  }
+
+  // The dropout plan right after batch_norm -> relu at `bn_index`, or nullptr.
+  static const LayerPlan* dense_block_dropout(const Model& m, int bn_index) {
+    const std::size_t at = static_cast<std::size_t>(bn_index) + 2;
+    return at < m.layers().size() && m.layers()[at].spec.kind == LayerKind::dropout
+               ? &m.layers()[at]
+               : nullptr;
+  }
+
+ private:
+  int channels() const { return plan_.in.c; }
+  ChannelGeom geom(int n) const { return ChannelGeom{n, channels(), 1}; }
+  std::size_t values(int n) const {
+    return static_cast<std::size_t>(n) * static_cast<std::size_t>(channels());
+  }
+  // The dropout's arguments in this pass, as DropoutLayer passes them; false when there is none
+  // (or its rate is 0: DropoutLayer then copies its input).
+  bool dropout_args(const PassContext& ctx, DropoutArgs& args) const {
+    if (!dropout_ || dropout_->spec.rate == 0.0f) return false;
+    args.rate = dropout_->spec.rate;
+    args.key = dropout_key(ctx, *dropout_);
+    args.step = ctx.step;
+    args.step_scalars = ctx.step_scalars;
+    args.first_sample = ctx.first_sample;
+    return true;
+  }
+
+  void do_forward(const PassContext& ctx, const float* x, float* y) override {
+    const int c = channels();
+    const LayerSpec& s = plan_.spec;
+    float* gamma = param(plan_.gamma);
+    float* beta = param(plan_.beta);
+    if (!ctx.training) {
+      be().batch_norm_inference_params(c, state(plan_.running_mean), state(plan_.running_var),
+                                       s.epsilon, mean_.data(), invstd_.data());
+      be().batch_norm_apply(geom(ctx.n), x, mean_.data(), invstd_.data(), gamma, beta, y);
+      be().relu_forward(values(ctx.n), y, y);
+      return;
+    }
+    DropoutArgs args;
+    const DropoutArgs* dropout = dropout_args(ctx, args) ? &args : nullptr;
+    if (!ctx.all_reduce_sum) {
+      be().dense_block_forward(ctx.n, c, x, s.epsilon, s.decay, gamma, beta, dropout, y,
+                               mean_.data(), invstd_.data(), state(plan_.running_mean),
+                               state(plan_.running_var), bind_.workspace);
+      return;
+    }
+    // Sync batch norm: the statistics are summed over the replicas between the ops.
+    be().batch_norm_stats(geom(ctx.n), x, sums_.data(), sums_.data() + c);
+    finalize_batch_norm_stats(be(), ctx, s, c, 1, sums_, mean_.data(), invstd_.data(),
+                              state(plan_.running_mean), state(plan_.running_var));
+    // Each op reads and writes element i alone, so y serves as their input and output.
+    be().batch_norm_apply(geom(ctx.n), x, mean_.data(), invstd_.data(), gamma, beta, y);
+    be().relu_forward(values(ctx.n), y, y);
+    if (dropout) {
+      be().dropout_forward(ctx.n, c, dropout->rate, dropout->key, dropout->step,
+                           dropout->step_scalars, dropout->first_sample, y, y);
+    }
+  }
+
+  void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
+                   float* dx) override {
+    const int c = channels();
+    DropoutArgs args;
+    const DropoutArgs* dropout = dropout_args(ctx, args) ? &args : nullptr;
+    float* gamma = param(plan_.gamma);
+    float* beta = param(plan_.beta);
+    if (!ctx.all_reduce_sum) {
+      be().dense_block_backward(ctx.n, c, x, mean_.data(), invstd_.data(), gamma, beta, dropout, dy,
+                                dx, grad(plan_.gamma), grad(plan_.beta), bind_.workspace);
+      return;
+    }
+    // Sync batch norm: the chain of Backend::dense_block_backward with BatchNormLayer's
+    // all-reduce of the gradient sums before the apply.
+    const std::size_t v = values(ctx.n);
+    float* dbn = bind_.workspace;       // the gradient that reaches the batch norm
+    float* relu = bind_.workspace + v;  // the ReLU's output, recomputed
+    const float* relu_dy = dy;
+    if (dropout) {
+      be().dropout_backward(ctx.n, c, dropout->rate, dropout->key, dropout->step,
+                            dropout->step_scalars, dropout->first_sample, dy, dbn);
+      relu_dy = dbn;
+    }
+    be().batch_norm_apply(geom(ctx.n), x, mean_.data(), invstd_.data(), gamma, beta, relu);
+    be().relu_forward(v, relu, relu);
+    be().relu_backward(v, relu, relu_dy, dbn);
+    float* sum_dy = grad_sums_.data();
+    float* sum_dy_xhat = grad_sums_.data() + c;
+    be().batch_norm_backward_reduce(geom(ctx.n), dbn, x, mean_.data(), invstd_.data(), sum_dy,
+                                    sum_dy_xhat);
+    // As BatchNormLayer: this slice's share of the parameter gradients, taken before the sync.
+    if (plan_.beta >= 0) be().copy_on_device(grad(plan_.beta), sum_dy, sizeof(float) * c);
+    if (plan_.gamma >= 0) be().copy_on_device(grad(plan_.gamma), sum_dy_xhat, sizeof(float) * c);
+    if (!dx) return;
+    ctx.all_reduce_sum(grad_sums_.data(), grad_sums_.size());
+    be().batch_norm_backward_apply(geom(ctx.n), dbn, x, mean_.data(), invstd_.data(), gamma, sum_dy,
+                                   sum_dy_xhat, batch_norm_group_count(ctx, 1), dx);
+  }
+
+  const LayerPlan* dropout_;
+  DeviceBuffer<float> sums_, mean_, invstd_, grad_sums_;
+};
+
 }  // namespace
+
+bool dense_block_fusable(const Model& model, std::size_t index, const Backend& backend) {
+  const auto& plans = model.layers();
+  if (index + 2 > plans.size()) return false;
+  const LayerPlan& bn = plans[index];
+  return bn.spec.kind == LayerKind::batch_norm && plans[index + 1].spec.kind == LayerKind::relu &&
+         bn.in.h * bn.in.w == 1 && backend.fuses_dense_block();
+}
+
+std::unique_ptr<Layer> make_dense_block(const Model& model, const LayerPlan& bn,
+                                        const LayerBinding& binding, int max_batch) {
+  return std::make_unique<DenseBlockLayer>(model, bn, binding, max_batch);
+}
 
 bool conv_block_fusable(const Model& model, std::size_t index, const Backend& backend) {
   const auto& plans = model.layers();

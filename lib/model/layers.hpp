@@ -100,4 +100,12 @@ bool conv_block_fusable(const Model& model, std::size_t index, const Backend& ba
 std::unique_ptr<Layer> make_conv_block(const Model& model, const LayerPlan& conv,
                                        const LayerBinding& binding, int max_batch);
 
+// True when plans [index, index + 2) are batch_norm -> relu over a flat input (in.h * in.w == 1:
+// a dense layer's output) and the backend fuses such a block (Backend::fuses_dense_block);
+// make_dense_block then builds the one layer that runs them, and the dropout that follows them if
+// one does.
+bool dense_block_fusable(const Model& model, std::size_t index, const Backend& backend);
+std::unique_ptr<Layer> make_dense_block(const Model& model, const LayerPlan& bn,
+                                        const LayerBinding& binding, int max_batch);
+
 }  // namespace mnist

@@ -27,9 +27,12 @@ Replica::Replica(const Model& model, Backend& backend, int max_batch)
   const std::vector<LayerPlan>& plans = model.layers();
   for (std::size_t i = 0; i < plans.size(); i += layers_.back()->span()) {
     // A block the backend runs fused becomes one layer (its inner outputs are never stored).
-    layers_.push_back(conv_block_fusable(model, i, backend)
-                          ? make_conv_block(model, plans[i], binding, max_batch)
-                          : make_layer(model, plans[i], binding, max_batch));
+    if (conv_block_fusable(model, i, backend))
+      layers_.push_back(make_conv_block(model, plans[i], binding, max_batch));
+    else if (dense_block_fusable(model, i, backend))
+      layers_.push_back(make_dense_block(model, plans[i], binding, max_batch));
+    else
+      layers_.push_back(make_layer(model, plans[i], binding, max_batch));
     const LayerPlan& last = plans[i + layers_.back()->span() - 1];
     workspace = std::max(workspace, layers_.back()->workspace_floats());
     widest = std::max(widest, last.out.size());

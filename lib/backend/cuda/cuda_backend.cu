@@ -22,6 +22,7 @@
 #include "backend/cuda/conv_block_gradient.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/dense.hpp"
+#include "backend/cuda/dense_block.hpp"
 #include "backend/cuda/dense_head.hpp"
 #include "backend/cuda/direct_conv.hpp"
 #include "backend/cuda/dropout.hpp"
@@ -686,6 +687,50 @@ class CudaBackend final : public Backend {
     check_conv_block(g, "bn_relu_pool_backward_apply");
     cuda::bn_relu_pool_backward_apply(stream_, g, dy, mask, x, mean, invstd, gamma, sum_dy,
                                       sum_dy_xhat, count, dx);
+  }
+
+  // ---- fused dense block: batch_norm -> relu (-> dropout) after a dense layer (dense_block.cu) --
+  // Engine fused only; the others run the base class's chain, the separate kernels they are
+  // measured as. The fused kernels need no scratch.
+  bool fuses_dense_block() const override {
+    return engine_ == Engine::fused;
+  }
+  void dense_block_forward(int n, int c, const float* x, float epsilon, float decay,
+                           const float* gamma, const float* beta, const DropoutArgs* dropout,
+                           float* y, float* mean, float* invstd, float* running_mean,
+                           float* running_var, float* scratch) override {
+    activate();
+    if (engine_ != Engine::fused) {
+      return Backend::dense_block_forward(n, c, x, epsilon, decay, gamma, beta, dropout, y, mean,
+                                          invstd, running_mean, running_var, scratch);
+    }
+    MNIST_CHECK(n >= 1 && c >= 1 && x && y && mean && invstd && running_mean && running_var,
+                "{}: dense_block_forward needs n >= 1 samples, c >= 1 features (got n {}, c {}), "
+                "x, y, mean, invstd and the running statistics",
+                name_, n, c);
+    MNIST_CHECK(!dropout || (dropout->rate >= 0.0f && dropout->rate < 1.0f),
+                "{}: dense_block_forward: dropout rate {} is outside [0, 1)", name_, dropout->rate);
+    cuda::dense_block_forward(stream_, n, c, x, epsilon, decay, gamma, beta, dropout, y, mean,
+                              invstd, running_mean, running_var);
+  }
+  void dense_block_backward(int n, int c, const float* x, const float* mean, const float* invstd,
+                            const float* gamma, const float* beta, const DropoutArgs* dropout,
+                            const float* dy, float* dx, float* dgamma, float* dbeta,
+                            float* scratch) override {
+    activate();
+    if (engine_ != Engine::fused) {
+      return Backend::dense_block_backward(n, c, x, mean, invstd, gamma, beta, dropout, dy, dx,
+                                           dgamma, dbeta, scratch);
+    }
+    MNIST_CHECK(n >= 1 && c >= 1 && x && mean && invstd && dy,
+                "{}: dense_block_backward needs n >= 1 samples, c >= 1 features (got n {}, c {}), "
+                "x, mean, invstd and dy",
+                name_, n, c);
+    MNIST_CHECK(!dropout || (dropout->rate >= 0.0f && dropout->rate < 1.0f),
+                "{}: dense_block_backward: dropout rate {} is outside [0, 1)", name_,
+                dropout->rate);
+    cuda::dense_block_backward(stream_, n, c, x, mean, invstd, gamma, beta, dropout, dy, dx, dgamma,
+                               dbeta);
   }
 
  private:
