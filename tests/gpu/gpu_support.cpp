@@ -11,6 +11,10 @@
 #include <sstream>
 
 #include "build_info.hpp"
+#include "config/experiment.hpp"
+#include "model/layers.hpp"
+#include "model/model.hpp"
+#include "model/replica.hpp"
 
 namespace gpu_test {
 namespace {
@@ -131,6 +135,84 @@ void expect_equal(mnist::Backend& gpu_backend, const Twin<int32_t>& out, const s
     report << "; first at [" << first << "]: gpu " << got[first] << " cpu " << want[first];
   INFO(report.str());
   CHECK(mismatches == 0);
+}
+
+ReplicaRun run_replica(mnist::Backend& be, const std::string& yaml, bool sync) {
+  using namespace mnist;
+  const Experiment e = parse_experiment(yaml, "network.yaml");
+  const Model model = Model::build(e.model);
+  const int n = 7;
+  const std::vector<float> params = model.initial_params(e.seed);
+  const std::vector<float> state = model.initial_state();
+  const std::vector<float> images = random_floats(n * model.input().size(), 77, 0.0f, 1.0f);
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = (3 * i) % 10;
+  Replica r(model, be, n);
+  be.copy_to_device(r.params(), params.data(), params.size() * sizeof(float));
+  be.copy_to_device(r.state(), state.data(), state.size() * sizeof(float));
+  be.copy_to_device(r.input(), images.data(), images.size() * sizeof(float));
+  be.copy_to_device(r.labels(), labels.data(), labels.size() * sizeof(int32_t));
+  ReplicaRun out;
+  PassContext ctx;
+  ctx.n = n;
+  ctx.global_n = n;
+  ctx.seed = e.seed;
+  ctx.step = 3;
+  if (sync) ctx.all_reduce_sum = [&out](float*, std::size_t) { ++out.all_reduces; };
+  r.reset_metrics();
+  r.forward_train(ctx, 1.0f / n);
+  r.backward(ctx);
+  out.grads.resize(model.param_count());
+  out.metrics.resize(kMetricSlots);
+  out.state.resize(model.state_count());
+  be.copy_to_host(out.grads.data(), r.grads(), out.grads.size() * sizeof(float));
+  be.copy_to_host(out.metrics.data(), r.metrics(), out.metrics.size() * sizeof(float));
+  be.copy_to_host(out.state.data(), r.state(), out.state.size() * sizeof(float));
+  PassContext eval;
+  eval.n = n;
+  eval.training = false;
+  eval.seed = e.seed;
+  const float* logits = r.forward_logits(eval);
+  out.logits.resize(static_cast<std::size_t>(n) * model.classes());
+  be.copy_to_host(out.logits.data(), logits, out.logits.size() * sizeof(float));
+  for (const auto& layer : r.layers()) out.labels.push_back(layer->label());
+  return out;
+}
+
+void expect_replica_close(const ReplicaRun& want, const ReplicaRun& got) {
+  using mnist::kCorrect, mnist::kLossSum, mnist::kSamples;
+  REQUIRE(want.metrics.size() == got.metrics.size());
+  REQUIRE(want.grads.size() == got.grads.size());
+  REQUIRE(want.state.size() == got.state.size());
+  REQUIRE(want.logits.size() == got.logits.size());
+  INFO("loss sum: cpu " << want.metrics[kLossSum] << ", gpu " << got.metrics[kLossSum]);
+  CHECK(std::abs(got.metrics[kLossSum] - want.metrics[kLossSum]) <=
+        1e-5 * std::abs(want.metrics[kLossSum]));
+  CHECK(got.metrics[kCorrect] == want.metrics[kCorrect]);
+  CHECK(got.metrics[kSamples] == want.metrics[kSamples]);
+  std::size_t bad = 0, worst = 0;
+  double worst_excess = -1;
+  for (std::size_t i = 0; i < want.grads.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got.grads[i]) - want.grads[i]);
+    const double allowed = 1e-5 + 1e-3 * std::abs(want.grads[i]);
+    if (!(diff <= allowed)) ++bad;
+    if (!(diff - allowed <= worst_excess)) {
+      worst_excess = diff - allowed;
+      worst = i;
+    }
+  }
+  INFO("gradient " << worst << " of " << want.grads.size() << ": cpu " << want.grads[worst]
+                   << ", gpu " << got.grads[worst] << " (" << bad << " outside the tolerance)");
+  CHECK(bad == 0);
+  for (std::size_t i = 0; i < want.state.size(); ++i) {
+    INFO("running statistic " << i << ": cpu " << want.state[i] << ", gpu " << got.state[i]);
+    CHECK(std::abs(got.state[i] - want.state[i]) <= 1e-6 + 1e-5 * std::abs(want.state[i]));
+  }
+  for (std::size_t i = 0; i < want.logits.size(); ++i) {
+    INFO("evaluation logit " << i << ": cpu " << want.logits[i] << ", gpu " << got.logits[i]);
+    CHECK(std::abs(got.logits[i] - want.logits[i]) <= 1e-5 + 1e-4 * std::abs(want.logits[i]));
+  }
+  CHECK(got.all_reduces == want.all_reduces);
 }
 
 }  // namespace gpu_test

@@ -75,4 +75,26 @@ void expect_close(mnist::Backend& gpu_backend, const Twin<float>& out, double at
                   const std::string& what);
 void expect_equal(mnist::Backend& gpu_backend, const Twin<int32_t>& out, const std::string& what);
 
+// What a replica of a network leaves on the host after one training pass (forward_train +
+// backward of 7 samples, step 3) and an evaluation forward: its metrics, every parameter gradient,
+// the running statistics, the evaluation logits, its layers' labels (which show the fused blocks)
+// and, with sync batch norm, how many all-reduces the layers asked for.
+struct ReplicaRun {
+  std::vector<float> grads, metrics, state, logits;
+  std::vector<std::string> labels;
+  int all_reduces = 0;
+};
+// With `sync`, ctx.all_reduce_sum is a one-replica all-reduce (it leaves the sums as they are and
+// counts its calls), so the layers take their sync batch norm path.
+ReplicaRun run_replica(mnist::Backend& be, const std::string& yaml, bool sync = false);
+// CHECKs a fused GPU replica's run against the CPU's. The convolutions sum their products in
+// another order on each side (float, ~1e-7 relative per add), and batch norm divides the
+// differences by the batch's standard deviation. Loss sum: 1e-5 relative (the first step's bound in
+// test_engine_gpu.cpp is 1e-4); correct and samples: equal; gradients: atol 1e-5 + rtol 1e-3 (the
+// CPU fused-vs-separate replica test's); running statistics: atol 1e-6 + rtol 1e-5; evaluation
+// logits: atol 1e-5 + rtol 1e-4; the same count of all-reduces. Measured on the emulated build for
+// the seed network: the loss sums differ by 1.2e-7 relative, the gradients by at most 1.7e-6; a
+// kernel that drops a term moves them by orders of magnitude more.
+void expect_replica_close(const ReplicaRun& cpu_run, const ReplicaRun& gpu_run);
+
 }  // namespace gpu_test

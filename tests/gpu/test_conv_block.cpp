@@ -13,7 +13,8 @@
 //   the floats differ by at most an ulp or two (2^-23 = 1.2e-7 relative each). This is far inside
 //   the batch-norm reduce's tolerance (1e-5 * count, rtol 1e-5; test_cuda_layers.cpp), which
 //   allows for float terms.
-// - the replica (forward_train + backward of the seed network, 8 samples): see that test.
+// - the replica (forward_train + backward of the seed network, 7 samples, and an evaluation
+//   forward): gpu_support.hpp, expect_replica_close.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -26,11 +27,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/cpu/native/conv_block.hpp"
-#include "config/experiment.hpp"
 #include "gpu/gpu_support.hpp"
-#include "model/layers.hpp"
-#include "model/model.hpp"
-#include "model/replica.hpp"
 #include "support/pool_geom.hpp"
 #include "support/synthetic.hpp"
 
@@ -287,79 +284,16 @@ TEST_CASE("each bn_relu_pool op is one kernel launch", "[gpu][fused][conv_block]
 
 TEST_CASE("a seed-network replica on the fused engine runs conv blocks and matches the CPU",
           "[gpu][fused][conv_block]") {
-  using namespace mnist;
-  const Experiment e = parse_experiment(testing::seed_network_yaml(), "seed-network.yaml");
-  const Model model = Model::build(e.model);
-  const int n = 7;
-  const std::vector<float> params = model.initial_params(e.seed);
-  const std::vector<float> state = model.initial_state();
-  const std::vector<float> images = random_floats(n * model.input().size(), 77, 0.0f, 1.0f);
-  std::vector<int32_t> labels(n);
-  for (int i = 0; i < n; ++i) labels[i] = (3 * i) % 10;
-
-  struct Result {
-    std::vector<float> grads, metrics, state;
-  };
-  auto run = [&](Backend& be) {
-    Replica r(model, be, n);
-    be.copy_to_device(r.params(), params.data(), params.size() * sizeof(float));
-    be.copy_to_device(r.state(), state.data(), state.size() * sizeof(float));
-    be.copy_to_device(r.input(), images.data(), images.size() * sizeof(float));
-    be.copy_to_device(r.labels(), labels.data(), labels.size() * sizeof(int32_t));
-    PassContext ctx;
-    ctx.n = n;
-    ctx.global_n = n;
-    ctx.seed = e.seed;
-    r.reset_metrics();
-    r.forward_train(ctx, 1.0f / n);
-    r.backward(ctx);
-    Result out{std::vector<float>(model.param_count()), std::vector<float>(kMetricSlots),
-               std::vector<float>(model.state_count())};
-    be.copy_to_host(out.grads.data(), r.grads(), out.grads.size() * sizeof(float));
-    be.copy_to_host(out.metrics.data(), r.metrics(), out.metrics.size() * sizeof(float));
-    be.copy_to_host(out.state.data(), r.state(), out.state.size() * sizeof(float));
-    // The two conv2d -> batch_norm -> relu -> max_pool runs are one layer each (and where the
-    // backend fuses it, batch_norm -> relu -> dropout one more: test_dense_block.cpp).
-    const auto& layers = r.layers();
-    REQUIRE(layers.size() == model.layers().size() - 6 - (be.fuses_dense_block() ? 2 : 0));
-    CHECK(layers[0]->span() == 4);
-    CHECK(layers[0]->label() == "0:conv2d+batch_norm+relu+max_pool");
-    CHECK(layers[1]->span() == 4);
-    CHECK(layers[1]->label() == "4:conv2d+batch_norm+relu+max_pool");
-    return out;
-  };
-  const Result want = run(gpu_test::cpu());
-  const Result got = run(gpu("fused"));
-
-  // Tolerances: the convolutions sum their products in another order on each side (float,
-  // ~1e-7 relative per add), and batch norm divides the differences by the batch's standard
-  // deviation. Loss: 1e-5 relative (the first step's bound in test_engine_gpu.cpp is 1e-4);
-  // gradients: rtol 1e-3 as the CPU fused-vs-separate replica test, atol 1e-5 for the small ones.
-  // Measured on the emulated build: the loss sums differ by 1.2e-7 relative, the gradients by at
-  // most 1.7e-6; a kernel that drops a term moves them by orders of magnitude more.
-  INFO("loss sum: cpu " << want.metrics[kLossSum] << ", gpu " << got.metrics[kLossSum]);
-  CHECK(std::abs(got.metrics[kLossSum] - want.metrics[kLossSum]) <=
-        1e-5 * std::abs(want.metrics[kLossSum]));
-  CHECK(got.metrics[kCorrect] == want.metrics[kCorrect]);
-  CHECK(got.metrics[kSamples] == want.metrics[kSamples]);
-  std::size_t bad = 0, worst = 0;
-  double worst_excess = -1;
-  for (std::size_t i = 0; i < want.grads.size(); ++i) {
-    const double diff = std::abs(static_cast<double>(got.grads[i]) - want.grads[i]);
-    const double allowed = 1e-5 + 1e-3 * std::abs(want.grads[i]);
-    if (!(diff <= allowed)) ++bad;
-    if (!(diff - allowed <= worst_excess)) {
-      worst_excess = diff - allowed;
-      worst = i;
-    }
+  const ReplicaRun want = run_replica(cpu(), mnist::testing::seed_network_yaml());
+  const ReplicaRun got = run_replica(gpu("fused"), mnist::testing::seed_network_yaml());
+  // The two conv2d -> batch_norm -> relu -> max_pool runs are one layer each, on both (and on the
+  // fused engine batch_norm -> relu -> dropout one more: test_dense_block.cpp).
+  for (const ReplicaRun* run : {&want, &got}) {
+    REQUIRE(run->labels.size() >= 2);
+    CHECK(run->labels[0] == "0:conv2d+batch_norm+relu+max_pool");
+    CHECK(run->labels[1] == "4:conv2d+batch_norm+relu+max_pool");
   }
-  INFO("gradient " << worst << " of " << want.grads.size() << ": cpu " << want.grads[worst]
-                   << ", gpu " << got.grads[worst] << " (" << bad << " outside the tolerance)");
-  CHECK(bad == 0);
-  for (std::size_t i = 0; i < want.state.size(); ++i) {
-    INFO("running statistic " << i << ": cpu " << want.state[i] << ", gpu " << got.state[i]);
-    CHECK(std::abs(got.state[i] - want.state[i]) <= 1e-6 + 1e-5 * std::abs(want.state[i]));
-  }
+  expect_replica_close(want, got);  // tolerances: gpu_support.hpp
 }
 
 // conv_block_backward: the batch norm's backward apply computed where the convolution's backward

@@ -15,8 +15,7 @@
 //   expressions with each product and sum rounded on its own (the kernels write them with
 //   __fmul_rn and kin, backend/cpu/batch_norm.cpp is compiled without FMA contraction). Against
 //   the CPU chain's own outputs: atol 1e-6, rtol 1e-5, for the statistics may differ by an ulp.
-// - the replicas (the seed network, 7 samples): the conv block replica test's
-// (test_conv_block.cpp).
+// - the replicas (the seed network and others, 7 samples): gpu_support.hpp, expect_replica_close.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -28,11 +27,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "config/experiment.hpp"
 #include "gpu/gpu_support.hpp"
-#include "model/layers.hpp"
-#include "model/model.hpp"
-#include "model/replica.hpp"
 #include "support/synthetic.hpp"
 
 using namespace gpu_test;
@@ -415,94 +410,6 @@ TEST_CASE("only the fused engine fuses the dense block, the others run the chain
       Catch::Contains("dropout rate 1 is outside [0, 1)"));
 }
 
-namespace {
-
-struct ReplicaResult {
-  std::vector<float> grads, metrics, state, logits;
-  std::vector<std::string> labels;
-  int all_reduces = 0;
-};
-
-// forward_train + backward of the network `yaml` on `be` (7 samples), then an evaluation forward;
-// with `sync`, ctx.all_reduce_sum is a one-replica all-reduce (it leaves the sums as they are and
-// counts its calls), so the layers take their sync batch norm path.
-ReplicaResult run_replica(Backend& be, const std::string& yaml, bool sync) {
-  using namespace mnist;
-  const Experiment e = parse_experiment(yaml, "network.yaml");
-  const Model model = Model::build(e.model);
-  const int n = 7;
-  const std::vector<float> params = model.initial_params(e.seed);
-  const std::vector<float> state = model.initial_state();
-  const std::vector<float> images = random_floats(n * model.input().size(), 77, 0.0f, 1.0f);
-  std::vector<int32_t> labels(n);
-  for (int i = 0; i < n; ++i) labels[i] = (3 * i) % 10;
-  Replica r(model, be, n);
-  be.copy_to_device(r.params(), params.data(), params.size() * sizeof(float));
-  be.copy_to_device(r.state(), state.data(), state.size() * sizeof(float));
-  be.copy_to_device(r.input(), images.data(), images.size() * sizeof(float));
-  be.copy_to_device(r.labels(), labels.data(), labels.size() * sizeof(int32_t));
-  ReplicaResult out;
-  PassContext ctx;
-  ctx.n = n;
-  ctx.global_n = n;
-  ctx.seed = e.seed;
-  ctx.step = 3;
-  if (sync) ctx.all_reduce_sum = [&out](float*, std::size_t) { ++out.all_reduces; };
-  r.reset_metrics();
-  r.forward_train(ctx, 1.0f / n);
-  r.backward(ctx);
-  out.grads.resize(model.param_count());
-  out.metrics.resize(kMetricSlots);
-  out.state.resize(model.state_count());
-  be.copy_to_host(out.grads.data(), r.grads(), out.grads.size() * sizeof(float));
-  be.copy_to_host(out.metrics.data(), r.metrics(), out.metrics.size() * sizeof(float));
-  be.copy_to_host(out.state.data(), r.state(), out.state.size() * sizeof(float));
-  PassContext eval;
-  eval.n = n;
-  eval.training = false;
-  eval.seed = e.seed;
-  const float* logits = r.forward_logits(eval);
-  out.logits.resize(static_cast<std::size_t>(n) * model.classes());
-  be.copy_to_host(out.logits.data(), logits, out.logits.size() * sizeof(float));
-  for (const auto& layer : r.layers()) out.labels.push_back(layer->label());
-  return out;
-}
-
-// The conv block replica test's tolerances (test_conv_block.cpp).
-void check_replica(const ReplicaResult& want, const ReplicaResult& got) {
-  using namespace mnist;
-  INFO("loss sum: cpu " << want.metrics[kLossSum] << ", gpu " << got.metrics[kLossSum]);
-  CHECK(std::abs(got.metrics[kLossSum] - want.metrics[kLossSum]) <=
-        1e-5 * std::abs(want.metrics[kLossSum]));
-  CHECK(got.metrics[kCorrect] == want.metrics[kCorrect]);
-  CHECK(got.metrics[kSamples] == want.metrics[kSamples]);
-  std::size_t bad = 0, worst = 0;
-  double worst_excess = -1;
-  for (std::size_t i = 0; i < want.grads.size(); ++i) {
-    const double diff = std::abs(static_cast<double>(got.grads[i]) - want.grads[i]);
-    const double allowed = 1e-5 + 1e-3 * std::abs(want.grads[i]);
-    if (!(diff <= allowed)) ++bad;
-    if (!(diff - allowed <= worst_excess)) {
-      worst_excess = diff - allowed;
-      worst = i;
-    }
-  }
-  INFO("gradient " << worst << " of " << want.grads.size() << ": cpu " << want.grads[worst]
-                   << ", gpu " << got.grads[worst] << " (" << bad << " outside the tolerance)");
-  CHECK(bad == 0);
-  for (std::size_t i = 0; i < want.state.size(); ++i) {
-    INFO("running statistic " << i << ": cpu " << want.state[i] << ", gpu " << got.state[i]);
-    CHECK(std::abs(got.state[i] - want.state[i]) <= 1e-6 + 1e-5 * std::abs(want.state[i]));
-  }
-  for (std::size_t i = 0; i < want.logits.size(); ++i) {
-    INFO("evaluation logit " << i << ": cpu " << want.logits[i] << ", gpu " << got.logits[i]);
-    CHECK(std::abs(got.logits[i] - want.logits[i]) <= 1e-5 + 1e-4 * std::abs(want.logits[i]));
-  }
-  CHECK(got.all_reduces == want.all_reduces);
-}
-
-}  // namespace
-
 TEST_CASE(
     "a seed-network replica on the fused engine runs its dense block fused and matches the CPU, "
     "with local and with sync batch norm",
@@ -510,8 +417,8 @@ TEST_CASE(
   const bool sync = GENERATE(false, true);
   CAPTURE(sync);
   const std::string yaml = mnist::testing::seed_network_yaml();
-  const ReplicaResult want = run_replica(cpu(), yaml, sync);
-  const ReplicaResult got = run_replica(gpu("fused"), yaml, sync);
+  const ReplicaRun want = run_replica(cpu(), yaml, sync);
+  const ReplicaRun got = run_replica(gpu("fused"), yaml, sync);
   // conv blocks, flatten, dense, the dense block (batch_norm -> relu -> dropout), the head.
   CHECK(got.labels == std::vector<std::string>{
                           "0:conv2d+batch_norm+relu+max_pool", "4:conv2d+batch_norm+relu+max_pool",
@@ -521,7 +428,7 @@ TEST_CASE(
   // Sync batch norm: the same all-reduces on both sides, two per batch norm (its statistics, its
   // gradient sums).
   CHECK(want.all_reduces == (sync ? 6 : 0));
-  check_replica(want, got);
+  expect_replica_close(want, got);
 }
 
 TEST_CASE(
@@ -554,13 +461,13 @@ optimizer: {type: adam, lr: 0.001}
 )";
   const bool sync = GENERATE(false, true);
   CAPTURE(sync);
-  const ReplicaResult want = run_replica(cpu(), yaml, sync);
-  const ReplicaResult got = run_replica(gpu("fused"), yaml, sync);
+  const ReplicaRun want = run_replica(cpu(), yaml, sync);
+  const ReplicaRun got = run_replica(gpu("fused"), yaml, sync);
   CHECK(got.labels == std::vector<std::string>{"0:flatten", "1:batch_norm+relu", "3:dense",
                                                "4:batch_norm+relu", "6:dense",
                                                "7:batch_norm+relu+dropout", "10:dense"});
   // Block 1's gradient sums are not all-reduced (nobody needs its input gradient), as
   // BatchNormLayer does.
   CHECK(want.all_reduces == (sync ? 5 : 0));
-  check_replica(want, got);
+  expect_replica_close(want, got);
 }
