@@ -211,6 +211,14 @@ class Backend {
   virtual void conv_block_backward(const Conv2dGeom& g, const ConvBlockGradient& block,
                                    const float* x, const float* weight, float* dweight,
                                    float* dbias, float* dx, float* dconv, float* workspace);
+  // Whether conv_block_backward writes dconv for these sizes (with a bias gradient when `bias`):
+  // the default's two calls do; where this says false a caller may pass dconv = nullptr and not
+  // allocate it.
+  virtual bool conv_block_backward_uses_dconv(const Conv2dGeom& g, const PoolGeom& pool,
+                                              bool bias) const {
+    (void)g, (void)pool, (void)bias;
+    return true;
+  }
 
   // ---- fused batch norm -> ReLU (-> dropout) after a dense layer -------------------------------
   // Engines that return true from fuses_dense_block() run a batch_norm -> relu (-> dropout) over a

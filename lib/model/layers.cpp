@@ -274,7 +274,11 @@ class ConvBlockLayer final : public Layer {
         bn_(m.layers()[conv.index + 1]),
         pool_(m.layers()[conv.index + 3]),
         conv_out_(*b.backend, static_cast<std::size_t>(max_batch) * conv.out.size()),
-        dconv_(*b.backend, static_cast<std::size_t>(max_batch) * conv.out.size()),
+        dconv_(*b.backend,
+               b.backend->conv_block_backward_uses_dconv(
+                   conv2d_geom(conv, max_batch), max_pool_geom(pool_, max_batch), conv.bias >= 0)
+                   ? static_cast<std::size_t>(max_batch) * conv.out.size()
+                   : 0),
         mask_(*b.backend, static_cast<std::size_t>(max_batch) * pool_.out.size()),
         sums_(*b.backend, 2 * static_cast<std::size_t>(conv.out.c)),
         mean_(*b.backend, conv.out.c),
@@ -344,7 +348,7 @@ class ConvBlockLayer final : public Layer {
     block.sum_dy_xhat = sum_dy_xhat;
     block.count = group_count(ctx);
     // The batch norm's gradient goes to the convolution's backward (engines may compute it where
-    // the convolution reads it instead of storing it in dconv_).
+    // the convolution reads it instead of storing it in dconv_, which then was never allocated).
     be().conv_block_backward(conv2d_geom(plan_, ctx.n), block, x, param(plan_.weight),
                              grad(plan_.weight), grad(plan_.bias), dx, dconv_.data(),
                              bind_.workspace);

@@ -392,6 +392,15 @@ TEST_CASE("conv_block_backward stages the batch norm's gradient inside the convo
         const std::vector<float> untouched = download(g, dconv.gpu);
         CHECK(
             std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
+        // So it says it needs no dconv here (a layer then allocates none), and takes nullptr; a
+        // bias gradient, or the CPU, takes the two calls and needs it.
+        CHECK_FALSE(g.conv_block_backward_uses_dconv(geo, pg, false));
+        CHECK(g.conv_block_backward_uses_dconv(geo, pg, true));
+        CHECK(cpu().conv_block_backward_uses_dconv(geo, pg, false));
+        auto dw_again = poisoned(g, w_size);
+        g.conv_block_backward(geo, b, x.g(), weight.g(), dw_again.g(), nullptr,
+                              with_dx ? dx.g() : nullptr, nullptr, ws_gpu.data());
+        CHECK(same_bits(download(g, dw_again.gpu), download(g, dw_chain.gpu)));
         const double positions = static_cast<double>(n) * geo.out_h * geo.out_w;
         expect_close(g, dw, 4 * (1e-6 * positions + 1e-6), 1e-5, "dweight");
         if (with_dx) expect_close(g, dx, 4 * (1e-6 * cs.k * 25 + 1e-6), 1e-5, "dx");

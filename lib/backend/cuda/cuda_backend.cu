@@ -650,14 +650,20 @@ class CudaBackend final : public Backend {
                            float* dconv, float* workspace) override {
     activate();
     check_conv_block(block.pool, "conv_block_backward");
-    // The direct kernels stage the gradient themselves; a bias (none after a batch norm) or other
-    // geometries take the two calls.
-    if (dbias || !cuda::direct_conv_supports(g) || block.pool.c > cuda::kBlockGradientChannels) {
+    if (conv_block_backward_uses_dconv(g, block.pool, dbias != nullptr)) {
+      MNIST_CHECK(dconv, "{}: conv_block_backward needs its dconv scratch for these sizes", name_);
       return Backend::conv_block_backward(g, block, x, weight, dweight, dbias, dx, dconv,
                                           workspace);
     }
     cuda::direct_conv2d_backward_block(stream_, g, block, x, weight, dweight, dx, block_counter_,
                                        workspace);
+  }
+
+  // The direct kernels stage the gradient themselves; a bias (none after a batch norm) or other
+  // geometries take the two calls.
+  bool conv_block_backward_uses_dconv(const Conv2dGeom& g, const PoolGeom& pool,
+                                      bool bias) const override {
+    return bias || !cuda::direct_conv_supports(g) || pool.c > cuda::kBlockGradientChannels;
   }
 
   // Engine fused only: the other engines stay the separate kernels they are measured as.
