@@ -193,7 +193,8 @@ class DropoutLayer final : public Layer {
 // Batch norm over (n, h, w) per channel. Training uses the batch's statistics (this slice's, or
 // the global batch's when ctx.all_reduce_sum is set) and updates the running statistics in place;
 // evaluation uses the running statistics.
-// The batch-norm steps BatchNormLayer and ConvBlockLayer share around their own kernels.
+// The batch-norm steps BatchNormLayer, ConvBlockLayer and DenseBlockLayer share around their own
+// kernels.
 // The normalisation group's size: this slice, or the global batch with sync batch norm.
 double batch_norm_group_count(const PassContext& ctx, int plane) {
   const int n = ctx.all_reduce_sum ? ctx.global_n : ctx.n;
@@ -208,6 +209,18 @@ void finalize_batch_norm_stats(Backend& be, const PassContext& ctx, const LayerS
   if (ctx.all_reduce_sum) ctx.all_reduce_sum(sums.data(), sums.size());
   be.batch_norm_finalize(c, batch_norm_group_count(ctx, plane), sums.data(), sums.data() + c,
                          s.epsilon, s.decay, mean, invstd, running_mean, running_var);
+}
+
+// `grad_sums` holds this slice's per-channel [sum_dy, sum_dy_xhat]: they are this slice's share of
+// the parameter gradients dbeta, dgamma (either nullptr when not learned; the gradient all-reduce
+// sums the slices), taken before the sync reduction, which would otherwise count them W times.
+// Then, when the apply follows, sync batch norm sums them over the replicas for it.
+void take_batch_norm_grads(Backend& be, const PassContext& ctx, DeviceBuffer<float>& grad_sums,
+                           float* dbeta, float* dgamma, bool apply_follows) {
+  const std::size_t c = grad_sums.size() / 2;
+  if (dbeta) be.copy_on_device(dbeta, grad_sums.data(), sizeof(float) * c);
+  if (dgamma) be.copy_on_device(dgamma, grad_sums.data() + c, sizeof(float) * c);
+  if (apply_follows && ctx.all_reduce_sum) ctx.all_reduce_sum(grad_sums.data(), grad_sums.size());
 }
 
 class BatchNormLayer final : public Layer {
@@ -249,12 +262,8 @@ class BatchNormLayer final : public Layer {
     float* sum_dy_xhat = grad_sums_.data() + c;
     be().batch_norm_backward_reduce(geom(ctx.n), dy, x, mean_.data(), invstd_.data(), sum_dy,
                                     sum_dy_xhat);
-    // Parameter gradients are this slice's share; the gradient all-reduce sums the slices. They
-    // are taken before the sync reduction below, which would otherwise count them W times.
-    if (plan_.beta >= 0) be().copy_on_device(grad(plan_.beta), sum_dy, sizeof(float) * c);
-    if (plan_.gamma >= 0) be().copy_on_device(grad(plan_.gamma), sum_dy_xhat, sizeof(float) * c);
+    take_batch_norm_grads(be(), ctx, grad_sums_, grad(plan_.beta), grad(plan_.gamma), dx);
     if (!dx) return;
-    if (ctx.all_reduce_sum) ctx.all_reduce_sum(grad_sums_.data(), grad_sums_.size());
     be().batch_norm_backward_apply(geom(ctx.n), dy, x, mean_.data(), invstd_.data(),
                                    param(plan_.gamma), sum_dy, sum_dy_xhat, group_count(ctx), dx);
   }
@@ -332,10 +341,7 @@ class ConvBlockLayer final : public Layer {
     float* sum_dy_xhat = grad_sums_.data() + c;
     be().bn_relu_pool_backward_reduce(pg, dy, mask_.data(), conv_out_.data(), mean_.data(),
                                       invstd_.data(), sum_dy, sum_dy_xhat);
-    // As BatchNormLayer: this slice's share of the parameter gradients, taken before the sync.
-    if (bn_.beta >= 0) be().copy_on_device(grad(bn_.beta), sum_dy, sizeof(float) * c);
-    if (bn_.gamma >= 0) be().copy_on_device(grad(bn_.gamma), sum_dy_xhat, sizeof(float) * c);
-    if (ctx.all_reduce_sum) ctx.all_reduce_sum(grad_sums_.data(), grad_sums_.size());
+    take_batch_norm_grads(be(), ctx, grad_sums_, grad(bn_.beta), grad(bn_.gamma), true);
     ConvBlockGradient block;
     block.pool = pg;
     block.dy = dy;
@@ -472,11 +478,8 @@ class DenseBlockLayer final : public Layer {
     float* sum_dy_xhat = grad_sums_.data() + c;
     be().batch_norm_backward_reduce(geom(ctx.n), dbn, x, mean_.data(), invstd_.data(), sum_dy,
                                     sum_dy_xhat);
-    // As BatchNormLayer: this slice's share of the parameter gradients, taken before the sync.
-    if (plan_.beta >= 0) be().copy_on_device(grad(plan_.beta), sum_dy, sizeof(float) * c);
-    if (plan_.gamma >= 0) be().copy_on_device(grad(plan_.gamma), sum_dy_xhat, sizeof(float) * c);
+    take_batch_norm_grads(be(), ctx, grad_sums_, grad(plan_.beta), grad(plan_.gamma), dx);
     if (!dx) return;
-    ctx.all_reduce_sum(grad_sums_.data(), grad_sums_.size());
     be().batch_norm_backward_apply(geom(ctx.n), dbn, x, mean_.data(), invstd_.data(), gamma, sum_dy,
                                    sum_dy_xhat, batch_norm_group_count(ctx, 1), dx);
   }
