@@ -1,11 +1,13 @@
 // Backend methods with a default: conv2d_forward_stats, conv2d_backward, conv_block_backward,
 // dense_backward, conv2d_forward_batch_norm, adam_update_and_advance, dense_softmax_cross_entropy,
-// adam_update_partials and the dense block's two calls compose the calls they stand for (the CPU
-// backend's fused ops, the oracle of the CUDA kernels); the fused conv block's, which only some
-// engines implement (see backend.hpp), refuse, naming the backend, so a model that asked for a
-// fused block where fuses_conv_block() said no fails loudly; so do the capture calls on a backend
-// that cannot capture.
+// adam_update_partials, the dense block's two calls and the dense tail's three compose the calls
+// they stand for (the CPU backend's fused ops, the oracle of the CUDA kernels); the fused conv
+// block's, which only some engines implement (see backend.hpp), refuse, naming the backend, so a
+// model that asked for a fused block where fuses_conv_block() said no fails loudly; so do the
+// capture calls on a backend that cannot capture.
 #include "backend/backend.hpp"
+
+#include <algorithm>
 
 #include "build_info.hpp"
 #include "core/error.hpp"
@@ -77,6 +79,25 @@ void Backend::conv2d_forward_batch_norm(const Conv2dGeom& g, const float* x, con
   conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
   batch_norm_finalize(g.k, bn.count, sum, sumsq, bn.epsilon, bn.decay, bn.mean, bn.invstd,
                       bn.running_mean, bn.running_var);
+}
+
+void Backend::gather(const BatchGather& batch, int n) {
+  if (batch.step)
+    gather_batch(batch.images, batch.labels, batch.pixels, batch.ring, batch.ring_steps, batch.step,
+                 n, batch.x, batch.y);
+  else
+    gather_batch(batch.images, batch.labels, batch.pixels, batch.ring, n, batch.x, batch.y);
+}
+
+void Backend::conv2d_forward_batch_norm_gathered(const Conv2dGeom& g, const BatchGather& batch,
+                                                 const float* weight, const float* bias, float* y,
+                                                 float* sum, float* sumsq,
+                                                 const BatchNormFinalize& bn, float* workspace) {
+  MNIST_CHECK(batch.pixels == g.c * g.h * g.w,
+              "{}: conv2d_forward_batch_norm_gathered: images of {} pixels for a {}x{}x{} input",
+              name(), batch.pixels, g.c, g.h, g.w);
+  gather(batch, g.n);
+  conv2d_forward_batch_norm(g, batch.x, weight, bias, y, sum, sumsq, bn, workspace);
 }
 
 void Backend::adam_update_and_advance(std::size_t n, std::size_t n_decay,
@@ -171,6 +192,69 @@ void Backend::dense_block_backward(int n, int c, const float* x, const float* me
     batch_norm_backward_apply(g, grad, x, mean, invstd, gamma, sum_dy, sum_dy_xhat,
                               static_cast<double>(n), dx);
   }
+}
+
+std::size_t Backend::dense_tail_workspace_floats(int n, int in, int c, int k) {
+  (void)in;
+  const std::size_t values = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
+  // The head's chain: the block's output, its gradient and the head's own workspace; the forward
+  // needs 2c sums, the backward the gradient of the dense output (values).
+  return std::max(2 * values + dense_softmax_cross_entropy_workspace_floats(n, c, k),
+                  2 * static_cast<std::size_t>(c));
+}
+
+void Backend::dense_forward_batch_norm(int n, int in, int out, const float* x, const float* weight,
+                                       const float* bias, float* y, const BatchNormFinalize& bn,
+                                       float* workspace) {
+  check_dense_block(*this, "dense_forward_batch_norm", n, out, nullptr);
+  float* sum = workspace;
+  float* sumsq = workspace + out;
+  dense_forward(n, in, out, x, weight, bias, y);
+  batch_norm_stats(ChannelGeom{n, out, 1}, y, sum, sumsq);
+  batch_norm_finalize(out, bn.count, sum, sumsq, bn.epsilon, bn.decay, bn.mean, bn.invstd,
+                      bn.running_mean, bn.running_var);
+}
+
+void Backend::dense_block_softmax_cross_entropy(int n, int c, int k, const DenseBlockInput& block,
+                                                const float* weight, const float* bias,
+                                                const int32_t* labels, float grad_scale, float* dbn,
+                                                float* sum_dy, float* sum_dy_xhat, float* dweight,
+                                                float* dbias, float* metrics, float* workspace) {
+  const DropoutArgs* dropout = block.has_dropout ? &block.dropout : nullptr;
+  check_dense_block(*this, "dense_block_softmax_cross_entropy", n, c, dropout);
+  const ChannelGeom g{n, c, 1};
+  const std::size_t values = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
+  float* a = workspace;            // the block's output, then the ReLU's output recomputed
+  float* da = workspace + values;  // the head's input gradient
+  float* head_workspace = workspace + 2 * values;
+  batch_norm_apply(g, block.x, block.mean, block.invstd, block.gamma, block.beta, a);
+  relu_forward(values, a, a);
+  if (dropout) {
+    dropout_forward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+                    dropout->first_sample, a, a);
+  }
+  dense_softmax_cross_entropy(n, c, k, a, weight, bias, labels, grad_scale, da, dweight, dbias,
+                              metrics, head_workspace);
+  const float* relu_dy = da;
+  if (dropout) {
+    dropout_backward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+                     dropout->first_sample, da, dbn);
+    relu_dy = dbn;
+  }
+  batch_norm_apply(g, block.x, block.mean, block.invstd, block.gamma, block.beta, a);
+  relu_forward(values, a, a);
+  relu_backward(values, a, relu_dy, dbn);
+  batch_norm_backward_reduce(g, dbn, block.x, block.mean, block.invstd, sum_dy, sum_dy_xhat);
+}
+
+void Backend::dense_backward_batch_norm(int n, int in, int out, const float* x,
+                                        const BatchNormGradient& bn, const float* weight,
+                                        float* dweight, float* dbias, float* dx, float* workspace) {
+  check_dense_block(*this, "dense_backward_batch_norm", n, out, nullptr);
+  float* dy = workspace;
+  batch_norm_backward_apply(ChannelGeom{n, out, 1}, bn.dy, bn.x, bn.mean, bn.invstd, bn.gamma,
+                            bn.sum_dy, bn.sum_dy_xhat, bn.count, dy);
+  dense_backward(n, in, out, x, dy, weight, dweight, dbias, dx);
 }
 
 void Backend::bn_relu_pool_forward(const PoolGeom&, const float*, const float*, const float*,

@@ -107,6 +107,9 @@ class Backend {
                             const int32_t* ring, int ring_steps, const StepScalars* step, int n,
                             float* x, int32_t* y) = 0;
 
+  // gather_batch of `batch` (its ring form when batch.step is set) for n samples.
+  void gather(const BatchGather& batch, int n);
+
   // ---- convolution (Conv2dGeom; weights [k, c, kh, kw], bias [k] or nullptr) -------------------
   // Scratch each conv call may use, in floats; the caller passes a buffer at least this large.
   virtual std::size_t conv2d_workspace_floats(const Conv2dGeom& g) = 0;
@@ -134,6 +137,21 @@ class Backend {
   virtual void conv2d_forward_batch_norm(const Conv2dGeom& g, const float* x, const float* weight,
                                          const float* bias, float* y, float* sum, float* sumsq,
                                          const BatchNormFinalize& bn, float* workspace);
+  // Engines that return true from fuses_gather(g) gather a training batch where the network's
+  // first convolution, g, stages its input (one launch where there were two):
+  // conv2d_forward_batch_norm_gathered then takes the place of gather_batch and
+  // conv2d_forward_batch_norm. Only a convolution of one input channel whose output has its
+  // input's size (stride 1, "same" padding) can own every input pixel once.
+  virtual bool fuses_gather(const Conv2dGeom& g) const {
+    (void)g;
+    return false;
+  }
+  // gather(batch, g.n), then conv2d_forward_batch_norm of batch.x: assigns batch.x, batch.y and
+  // all that call assigns. The default makes the two calls.
+  virtual void conv2d_forward_batch_norm_gathered(const Conv2dGeom& g, const BatchGather& batch,
+                                                  const float* weight, const float* bias, float* y,
+                                                  float* sum, float* sumsq,
+                                                  const BatchNormFinalize& bn, float* workspace);
   // What the next conv2d call for `g` runs in each direction, for benchmarks, logs and tests.
   // Plans `g` as a call would (so it may query the library once) but launches nothing.
   virtual Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) {
@@ -249,6 +267,51 @@ class Backend {
                                     const float* invstd, const float* gamma, const float* beta,
                                     const DropoutArgs* dropout, const float* dy, float* dx,
                                     float* dgamma, float* dbeta, float* scratch);
+
+  // ---- the fused dense tail: dense -> dense block -> head, as three calls ----------------------
+  // Engines that return true from fuses_dense_tail(c, k) have the replica run a dense layer of c
+  // outputs, the dense block that follows it (batch_norm -> relu (-> dropout), above) and the
+  // network's head of k classes (fuses_dense_head), in training with the slice's own statistics
+  // (not sync batch norm), as the three calls below. Each shares the block's work with a
+  // neighbour: the dense layer's forward takes the statistics and finalizes them, the head computes
+  // the block's output where it reads its input and the backward's per-feature sums, and the dense
+  // layer's backward computes the batch norm's backward apply where it reads its gradient. Two
+  // kernels fewer than dense_block_forward / _backward between the dense layer and the head, and
+  // neither the block's output nor the dense layer's output gradient is ever stored. The defaults
+  // are the chains (the CPU backend's twin and the oracle of the fused kernels). n >= 1.
+  virtual bool fuses_dense_tail(int c, int k) const {
+    (void)c;
+    (void)k;
+    return false;
+  }
+  // Floats of workspace the three calls need (each at most this many) at batch n; never decreases
+  // with n. in: the dense layer's inputs.
+  virtual std::size_t dense_tail_workspace_floats(int n, int in, int c, int k);
+  // dense_forward(x, weight, bias) -> y[n, out], then batch_norm_stats(ChannelGeom{n, out, 1}) and
+  // batch_norm_finalize(out, bn.count, ...) of those sums. Assigns y and bn's mean and invstd;
+  // updates bn's running statistics in place.
+  virtual void dense_forward_batch_norm(int n, int in, int out, const float* x, const float* weight,
+                                        const float* bias, float* y, const BatchNormFinalize& bn,
+                                        float* workspace);
+  // The head on the block's output and the block's backward up to its batch norm's sums: the chain
+  // a = batch_norm_apply(block.x) -> relu_forward -> dropout_forward (the block's y[n, c], with its
+  // final statistics), dense_softmax_cross_entropy(n, c, k, a, weight, bias, labels, grad_scale,
+  // da, dweight, dbias, metrics), dropout_backward(da) -> relu_backward (the ReLU's output
+  // recomputed as dense_block_backward does) -> dbn[n, c], batch_norm_backward_reduce(dbn,
+  // block.x, mean, invstd) -> sum_dy[c], sum_dy_xhat[c]. Accumulates metrics; assigns dweight,
+  // dbias (when not nullptr), dbn, sum_dy and sum_dy_xhat.
+  virtual void dense_block_softmax_cross_entropy(int n, int c, int k, const DenseBlockInput& block,
+                                                 const float* weight, const float* bias,
+                                                 const int32_t* labels, float grad_scale,
+                                                 float* dbn, float* sum_dy, float* sum_dy_xhat,
+                                                 float* dweight, float* dbias, float* metrics,
+                                                 float* workspace);
+  // batch_norm_backward_apply(ChannelGeom{n, out, 1}, bn) -> dy[n, out], then dense_backward(n,
+  // in, out, x, dy, weight, dweight, dbias, dx): the backward of a dense layer whose output went
+  // through a batch norm. Assigns dweight, dbias (when not nullptr) and dx (when not nullptr).
+  virtual void dense_backward_batch_norm(int n, int in, int out, const float* x,
+                                         const BatchNormGradient& bn, const float* weight,
+                                         float* dweight, float* dbias, float* dx, float* workspace);
 
   // ---- dense: x[n, in], weight[out, in], bias[out] or nullptr, y[n, out] -----------------------
   virtual void dense_forward(int n, int in, int out, const float* x, const float* weight,

@@ -100,6 +100,48 @@ struct DropoutArgs {
   uint32_t first_sample = 0;
 };
 
+// A batch still to be gathered from the device-resident dataset (Backend::gather_batch's
+// arguments, ring form), for an op that gathers it where it first reads it
+// (Backend::conv2d_forward_batch_norm_gathered): the slice's indices are ring[(s % ring_steps) *
+// n, ... + n), s = step->step when the kernel runs (step nullptr: s = 0, so ring holds the
+// indices themselves); images uint8[num_images, pixels], labels uint8[num_images]; the batch goes
+// to x float[n, pixels] and its labels to y int32[n].
+struct BatchGather {
+  const uint8_t* images = nullptr;
+  const uint8_t* labels = nullptr;
+  int pixels = 0;
+  const int32_t* ring = nullptr;
+  int ring_steps = 1;
+  const StepScalars* step = nullptr;
+  float* x = nullptr;
+  int32_t* y = nullptr;
+};
+
+// A dense block (batch_norm -> relu (-> dropout) over a dense layer's output x[n, c], one
+// batch-norm channel per feature) whose statistics are already final, for an op that computes the
+// block's output where it reads it instead of storing it
+// (Backend::dense_block_softmax_cross_entropy): y = dropout(relu(batch_norm_apply(x, mean, invstd,
+// gamma, beta))). gamma nullptr means 1, beta nullptr 0; has_dropout false means no dropout.
+struct DenseBlockInput {
+  const float* x = nullptr;
+  const float *mean = nullptr, *invstd = nullptr, *gamma = nullptr, *beta = nullptr;
+  bool has_dropout = false;
+  DropoutArgs dropout;
+};
+
+// What a batch norm's backward apply takes (Backend::batch_norm_backward_apply's arguments), for an
+// op that computes the apply where it reads the result instead of storing it
+// (Backend::dense_backward_batch_norm): the gradient dy that reaches the batch norm and its input
+// x, both [n, c] (hw = 1), per-channel arrays of c floats (gamma nullptr means 1), and count, the
+// values per channel in the normalisation group.
+struct BatchNormGradient {
+  const float* dy = nullptr;
+  const float* x = nullptr;
+  const float *mean = nullptr, *invstd = nullptr, *gamma = nullptr;
+  const float *sum_dy = nullptr, *sum_dy_xhat = nullptr;
+  double count = 0;
+};
+
 // Indices of the metric accumulators every loss kernel adds into (a float[3] on the device).
 enum MetricSlot : int { kLossSum = 0, kCorrect = 1, kSamples = 2, kMetricSlots = 3 };
 

@@ -305,17 +305,31 @@ class ConvBlockLayer final : public Layer {
     return batch_norm_group_count(ctx, plan_.out.h * plan_.out.w);
   }
 
+  bool gathers_input(const PassContext& ctx) const override {
+    return ctx.gather && ctx.training && !ctx.all_reduce_sum &&
+           be().fuses_gather(conv2d_geom(plan_, ctx.n));
+  }
+
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     const int c = channels();
     const LayerSpec& s = bn_.spec;
     if (ctx.training && !ctx.all_reduce_sum) {
-      // The statistics are taken, and finalized, by the convolution while its output is in cache.
+      // The statistics are taken, and finalized, by the convolution while its output is in cache;
+      // the batch, when still to be gathered, is gathered where the convolution stages it.
       const BatchNormFinalize bn{group_count(ctx),      s.epsilon,      s.decay,
                                  mean_.data(),          invstd_.data(), state(bn_.running_mean),
                                  state(bn_.running_var)};
-      be().conv2d_forward_batch_norm(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
-                                     param(plan_.bias), conv_out_.data(), sums_.data(),
-                                     sums_.data() + c, bn, bind_.workspace);
+      const Conv2dGeom g = conv2d_geom(plan_, ctx.n);
+      if (gathers_input(ctx)) {
+        MNIST_CHECK(ctx.gather->x == x, "{}: gathers a batch into another layer's input", label());
+        be().conv2d_forward_batch_norm_gathered(g, *ctx.gather, param(plan_.weight),
+                                                param(plan_.bias), conv_out_.data(), sums_.data(),
+                                                sums_.data() + c, bn, bind_.workspace);
+      } else {
+        be().conv2d_forward_batch_norm(g, x, param(plan_.weight), param(plan_.bias),
+                                       conv_out_.data(), sums_.data(), sums_.data() + c, bn,
+                                       bind_.workspace);
+      }
     } else if (ctx.training) {
       // Sync batch norm: the slices' sums are all-reduced between the statistics and the finalize.
       be().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
@@ -384,6 +398,26 @@ class DenseBlockLayer final : public Layer {
         grad_sums_(*b.backend, 2 * static_cast<std::size_t>(bn.in.c)) {}
 
   int span() const override { return dropout_ ? 3 : 2; }
+  bool dense_block_tail(const PassContext& ctx, DenseBlockTail& tail) const override {
+    if (!ctx.training || ctx.all_reduce_sum) return false;
+    const LayerSpec& s = plan_.spec;
+    tail.finalize = BatchNormFinalize{static_cast<double>(ctx.n),
+                                      s.epsilon,
+                                      s.decay,
+                                      mean_.data(),
+                                      invstd_.data(),
+                                      state(plan_.running_mean),
+                                      state(plan_.running_var)};
+    tail.input.mean = mean_.data();
+    tail.input.invstd = invstd_.data();
+    tail.input.gamma = param(plan_.gamma);
+    tail.input.beta = param(plan_.beta);
+    tail.input.has_dropout = dropout_args(ctx, tail.input.dropout);
+    // dbeta and dgamma are the sums (take_batch_norm_grads without sync batch norm).
+    tail.sum_dy = plan_.beta >= 0 ? grad(plan_.beta) : grad_sums_.data();
+    tail.sum_dy_xhat = plan_.gamma >= 0 ? grad(plan_.gamma) : grad_sums_.data() + channels();
+    return true;
+  }
   // The fused calls' scratch, which the sync batch norm chain below uses too (two [n, c] buffers).
   std::size_t workspace_floats() const override {
     return Backend::dense_block_scratch_floats(max_batch_, channels());

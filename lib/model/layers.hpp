@@ -30,6 +30,10 @@ struct PassContext {
   // the global sample count. Empty means local statistics (each replica's own slice).
   std::function<void(float* data, std::size_t count)> all_reduce_sum;
   int global_n = 0;  // samples in the global batch (sync batch norm)
+  // When set, the slice's input (the replica's input and labels) is still to be gathered, in this
+  // pass: by the first layer where it gathers it while reading it (Layer::gathers_input), else by
+  // the replica before the first layer.
+  const BatchGather* gather = nullptr;
 };
 
 // Where a layer's parameters and scratch live on its replica's device.
@@ -39,6 +43,17 @@ struct LayerBinding {
   float* grads = nullptr;      // the replica's flat gradient buffer
   float* state = nullptr;      // the replica's flat running-statistics buffer
   float* workspace = nullptr;  // shared scratch, Layer::workspace_floats() at least
+};
+
+// What a dense block (make_dense_block) hands a replica that runs its work inside its neighbours'
+// calls (Backend::fuses_dense_tail), in one training pass: where the dense layer's forward
+// finalizes the statistics, the block's input terms for the head (input.x is the replica's to
+// set) and where the head's sums go (the parameter gradients themselves when learned, which the
+// dense layer's backward then reads).
+struct DenseBlockTail {
+  BatchNormFinalize finalize;
+  DenseBlockInput input;
+  float *sum_dy = nullptr, *sum_dy_xhat = nullptr;
 };
 
 class Layer {
@@ -70,6 +85,19 @@ class Layer {
   // loss, Backend::fuses_dense_head, hands them to the backend.)
   float* param(int slot) const;
   float* grad(int slot) const;
+  // True when this layer, first in its network, gathers ctx.gather's batch into its input x
+  // itself in do_forward (Backend::fuses_gather).
+  virtual bool gathers_input(const PassContext& ctx) const {
+    (void)ctx;
+    return false;
+  }
+  // A dense block's terms for the replica's fused tail in a training pass with the slice's own
+  // statistics; false for every other layer (and for a pass the tail cannot take).
+  virtual bool dense_block_tail(const PassContext& ctx, DenseBlockTail& tail) const {
+    (void)ctx;
+    (void)tail;
+    return false;
+  }
 
  protected:
   virtual void do_forward(const PassContext& ctx, const float* x, float* y) = 0;

@@ -46,6 +46,23 @@ Replica::Replica(const Model& model, Backend& backend, int max_batch)
                                         max_batch, static_cast<int>(head.in.size()),
                                         static_cast<int>(head.out.size())));
   }
+  // The dense tail: dense -> dense block -> the fused head. The block is asked with a training
+  // pass of its own statistics, the passes the tail is for.
+  if (fused_head_ && layers_.size() >= 3) {
+    const Layer& dense = *layers_[layers_.size() - 3];
+    const LayerPlan& d = dense.plan();
+    DenseBlockTail probe;
+    PassContext training;
+    training.n = 1;
+    if (dense.span() == 1 && d.spec.kind == LayerKind::dense &&
+        layers_[layers_.size() - 2]->dense_block_tail(training, probe) &&
+        backend.fuses_dense_tail(d.out.c, static_cast<int>(head.out.size()))) {
+      dense_tail_ = true;
+      workspace =
+          std::max(workspace, backend.dense_tail_workspace_floats(
+                                  max_batch, d.in.c, d.out.c, static_cast<int>(head.out.size())));
+    }
+  }
   workspace_ = DeviceBuffer<float>(backend, std::max<std::size_t>(workspace, 1));
   for (auto& layer : layers_) layer->set_workspace(workspace_.data());
   grad_a_ = DeviceBuffer<float>(backend, n * widest);
@@ -78,6 +95,12 @@ void Replica::timed(bool forward, int plan, Run&& run) {
 }
 
 const float* Replica::run_forward(const PassContext& ctx, std::size_t end) {
+  // A batch still to gather: gathered here unless the first layer gathers it where it reads it.
+  if (ctx.gather && !(end > 0 && layers_[0]->gathers_input(ctx))) {
+    MNIST_CHECK(ctx.gather->x == input_.data() && ctx.gather->y == labels_.data(),
+                "a batch gathered elsewhere than the replica's input");
+    backend_.gather(*ctx.gather, ctx.n);
+  }
   const float* x = input_.data();
   std::size_t act = 0;
   for (std::size_t i = 0; i < end; ++i) {
@@ -111,8 +134,45 @@ static bool reaches_input(const std::vector<std::unique_ptr<Layer>>& layers, std
                       [](const auto& l) { return !l->is_view(); });
 }
 
+bool Replica::forward_dense_tail(const PassContext& ctx, float grad_scale) {
+  tail_grad_ = BatchNormGradient{};
+  const std::size_t last = layers_.size() - 1, dense_at = last - 2;
+  DenseBlockTail tail;
+  if (!dense_tail_ || ctx.n < 1 || !layers_[last - 1]->dense_block_tail(ctx, tail)) return false;
+  const float* x = run_forward(ctx, dense_at);
+  const Layer& dense = *layers_[dense_at];
+  const LayerPlan& d = dense.plan();
+  // The dense layer's output buffer: activations_ has one per layer that is not a view.
+  const auto act = std::count_if(layers_.begin(), layers_.begin() + dense_at,
+                                 [](const auto& l) { return !l->is_view(); });
+  float* z = activations_[static_cast<std::size_t>(act)].data();
+  timed(true, d.index, [&] {
+    backend_.dense_forward_batch_norm(ctx.n, d.in.c, d.out.c, x, dense.param(d.weight),
+                                      dense.param(d.bias), z, tail.finalize, workspace_.data());
+  });
+  // The head, the block's forward and its backward up to the batch norm's sums: the gradient that
+  // reaches the batch norm goes to grad_a_, where backward() starts.
+  tail.input.x = z;
+  const LayerPlan& head = fused_head_->plan();
+  timed(true, head.index, [&] {
+    backend_.dense_block_softmax_cross_entropy(
+        ctx.n, d.out.c, static_cast<int>(head.out.size()), tail.input,
+        fused_head_->param(head.weight), fused_head_->param(head.bias), labels_.data(), grad_scale,
+        grad_a_.data(), tail.sum_dy, tail.sum_dy_xhat, fused_head_->grad(head.weight),
+        fused_head_->grad(head.bias), metrics(), workspace_.data());
+  });
+  outputs_[dense_at] = z;
+  outputs_[last - 1] = nullptr;  // the block's output is never stored
+  outputs_[last] = nullptr;
+  tail_grad_ = BatchNormGradient{
+      grad_a_.data(),   z,           tail.input.mean,  tail.input.invstd,
+      tail.input.gamma, tail.sum_dy, tail.sum_dy_xhat, static_cast<double>(ctx.n)};
+  return true;
+}
+
 void Replica::forward_train(const PassContext& ctx, float grad_scale) {
   MNIST_CHECK(ctx.training, "forward_train needs a training pass");
+  if (forward_dense_tail(ctx, grad_scale)) return;
   if (!fused_head_) {
     const float* logits = run_forward(ctx, layers_.size());
     backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), grad_scale,
@@ -141,7 +201,25 @@ void Replica::backward(const PassContext& ctx) {
   const float* dy = fused_head_ ? grad_a_.data() : dlogits_.data();
   float* spare[2] = {grad_a_.data(), grad_b_.data()};
   int next = fused_head_ ? 1 : 0;
-  for (std::size_t i = layers_.size() - (fused_head_ ? 1 : 0); i-- > 0;) {
+  std::size_t end = layers_.size() - (fused_head_ ? 1 : 0);
+  if (tail_grad_.dy) {
+    // The dense tail: the dense layer's backward computes the block's batch-norm apply from the
+    // gradient the head left in grad_a_.
+    const std::size_t dense_at = layers_.size() - 3;
+    const Layer& dense = *layers_[dense_at];
+    const LayerPlan& d = dense.plan();
+    const float* x = dense_at == 0 ? input_.data() : outputs_[dense_at - 1];
+    float* dx = reaches_input(layers_, dense_at) ? nullptr : grad_b_.data();
+    timed(false, d.index, [&] {
+      backend_.dense_backward_batch_norm(ctx.n, d.in.c, d.out.c, x, tail_grad_,
+                                         dense.param(d.weight), dense.grad(d.weight),
+                                         dense.grad(d.bias), dx, workspace_.data());
+    });
+    dy = dx;
+    next = 0;
+    end = dense_at;
+  }
+  for (std::size_t i = end; i-- > 0;) {
     Layer& layer = *layers_[i];
     if (layer.is_view()) continue;
     const float* x = i == 0 ? input_.data() : outputs_[i - 1];

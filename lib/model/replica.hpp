@@ -17,14 +17,16 @@ class Replica {
   Replica(const Model& model, Backend& backend, int max_batch);
 
   // input(): x [max_batch, c, h, w] and labels(): int32 [max_batch], filled by
-  // Backend::gather_batch.
+  // Backend::gather_batch, or in the training pass itself (PassContext::gather).
   float* input() const { return input_.data(); }
   int32_t* labels() const { return labels_.data(); }
 
   // forward_train: every layer, then softmax cross-entropy, which accumulates loss sum, correct
   // count and sample count into metrics() and keeps the loss gradient. (When the backend fuses the
   // head, Backend::fuses_dense_head, a last dense layer runs with the loss as one call, its
-  // gradients and the gradient of its input included: backward starts below it.) backward:
+  // gradients and the gradient of its input included: backward starts below it; with the dense
+  // tail, Backend::fuses_dense_tail, the dense block in front of it runs inside its neighbours'
+  // calls and backward starts at the dense layer below it.) backward:
   // gradients of (sum of per-sample losses) * grad_scale are ASSIGNED to grads() (callers use
   // 1/global batch, so summing the replicas' gradients gives the gradient of the global batch's
   // mean loss). Two calls so that callers can name the phase that failed.
@@ -63,6 +65,8 @@ class Replica {
  private:
   // Runs layers [0, end) from the input; returns the last one's output.
   const float* run_forward(const PassContext& ctx, std::size_t end);
+  // forward_train's dense tail; false (nothing run) when this pass cannot take it.
+  bool forward_dense_tail(const PassContext& ctx, float grad_scale);
   // Profiling: times `run` (synchronised around it) as the forward or backward of `plan`.
   template <class Run>
   void timed(bool forward, int plan, Run&& run);
@@ -79,6 +83,12 @@ class Replica {
   DeviceBuffer<float> grad_a_, grad_b_, dlogits_;  // ping-pong activation gradients
   // A last dense layer the backend runs with the loss (Backend::fuses_dense_head), or nullptr.
   const Layer* fused_head_ = nullptr;
+  // True when the two layers before the fused head are a dense layer and a dense block the backend
+  // runs with it as the dense tail (Backend::fuses_dense_tail); the block says per pass whether
+  // it takes it (not with sync batch norm). tail_grad_: what the last forward_train that ran the
+  // tail leaves for backward (dy nullptr: it did not run).
+  bool dense_tail_ = false;
+  BatchNormGradient tail_grad_;
   LayerTimes* profile_ = nullptr;
 };
 

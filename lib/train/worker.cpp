@@ -269,11 +269,21 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
                                  replica_->grads(), replica_->moment1(), replica_->moment2(),
                                  opt.epsilon, tensorflow_epsilon);
     };
+    // The step's gather is the forward pass's: an engine that fuses it into the first convolution
+    // (Backend::fuses_gather) runs one launch fewer.
+    BatchGather gather;
+    gather.images = train_pixels_.data();
+    gather.labels = train_labels_.data();
+    gather.pixels = pixels;
+    gather.ring = graphs_->ring.data();
+    gather.ring_steps = Graphs::kRingSteps;
+    gather.step = graphs_->scalars.data();
+    gather.x = replica_->input();
+    gather.y = replica_->labels();
     be.begin_capture();
-    be.gather_batch(train_pixels_.data(), train_labels_.data(), pixels, graphs_->ring.data(),
-                    Graphs::kRingSteps, graphs_->scalars.data(), slice_n_, replica_->input(),
-                    replica_->labels());
+    pass_.gather = &gather;
     forward();
+    pass_.gather = nullptr;
     backward();
     if (!sums_across_replicas()) capture_update();
     graphs_->step = be.end_capture();

@@ -334,6 +334,20 @@ class CudaBackend final : public Backend {
     cuda::conv2d_forward_stats(stream_, g, x, weight, bias, y, sum, sumsq, &bn, block_counter_,
                                workspace, scratch_);
   }
+  bool fuses_gather(const Conv2dGeom& g) const override {
+    return engine_ == Engine::fused && cuda::direct_conv_gathers(g);
+  }
+  void conv2d_forward_batch_norm_gathered(const Conv2dGeom& g, const BatchGather& batch,
+                                          const float* weight, const float* bias, float* y,
+                                          float* sum, float* sumsq, const BatchNormFinalize& bn,
+                                          float* workspace) override {
+    if (!fuses_gather(g))
+      return Backend::conv2d_forward_batch_norm_gathered(g, batch, weight, bias, y, sum, sumsq, bn,
+                                                         workspace);
+    activate();
+    cuda::direct_conv2d_forward_gathered(stream_, g, batch, weight, bias, y, sum, sumsq, &bn,
+                                         block_counter_, workspace);
+  }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
     activate();
@@ -737,6 +751,67 @@ class CudaBackend final : public Backend {
                 dropout->rate);
     cuda::dense_block_backward(stream_, n, c, x, mean, invstd, gamma, beta, dropout, dy, dx, dgamma,
                                dbeta);
+  }
+
+  // ---- fused dense tail: dense -> dense block -> head (dense.cu, dense_head.cu) ----------------
+  // Engine fused only, for the sizes the head and the staged apply take; the others run the base
+  // class's chains.
+  bool fuses_dense_tail(int c, int k) const override {
+    return engine_ == Engine::fused && c <= cuda::kDenseBatchNormFeatures &&
+           cuda::dense_head_supports(1, c, k);
+  }
+  std::size_t dense_tail_workspace_floats(int n, int in, int c, int k) override {
+    if (engine_ != Engine::fused) return Backend::dense_tail_workspace_floats(n, in, c, k);
+    // dense_forward_batch_norm runs its kernel for every size on this engine; the head and the
+    // backward only for the sizes they take (the others run the base class's chains). The n * c:
+    // a dense layer with a bias takes the chain in its backward.
+    std::size_t floats = std::max(Backend::dense_tail_workspace_floats(n, in, c, k),
+                                  cuda::dense_forward_batch_norm_workspace_floats(n, c));
+    if (c <= cuda::kDenseBatchNormFeatures)
+      floats = std::max(floats, cuda::dense_backward_batch_norm_workspace_floats(n, in, c));
+    if (fuses_dense_tail(c, k)) {
+      floats = std::max({floats, cuda::dense_head_workspace_floats(n, c, k),
+                         static_cast<std::size_t>(std::max(n, 1)) * static_cast<std::size_t>(c)});
+    }
+    return floats;
+  }
+  void dense_forward_batch_norm(int n, int in, int out, const float* x, const float* weight,
+                                const float* bias, float* y, const BatchNormFinalize& bn,
+                                float* workspace) override {
+    activate();
+    if (engine_ != Engine::fused)
+      return Backend::dense_forward_batch_norm(n, in, out, x, weight, bias, y, bn, workspace);
+    cuda::dense_forward_batch_norm(stream_, n, in, out, x, weight, bias, y, bn, workspace,
+                                   block_counter_);
+  }
+  void dense_block_softmax_cross_entropy(int n, int c, int k, const DenseBlockInput& block,
+                                         const float* weight, const float* bias,
+                                         const int32_t* labels, float grad_scale, float* dbn,
+                                         float* sum_dy, float* sum_dy_xhat, float* dweight,
+                                         float* dbias, float* metrics, float* workspace) override {
+    activate();
+    if (!fuses_dense_tail(c, k)) {
+      return Backend::dense_block_softmax_cross_entropy(n, c, k, block, weight, bias, labels,
+                                                        grad_scale, dbn, sum_dy, sum_dy_xhat,
+                                                        dweight, dbias, metrics, workspace);
+    }
+    MNIST_CHECK(!block.has_dropout || (block.dropout.rate >= 0.0f && block.dropout.rate < 1.0f),
+                "{}: dense_block_softmax_cross_entropy: dropout rate {} is outside [0, 1)", name_,
+                block.dropout.rate);
+    cuda::dense_block_softmax_cross_entropy(stream_, n, c, k, block, weight, bias, labels,
+                                            grad_scale, dbn, sum_dy, sum_dy_xhat, dweight, dbias,
+                                            metrics, workspace, block_counter_);
+  }
+  void dense_backward_batch_norm(int n, int in, int out, const float* x,
+                                 const BatchNormGradient& bn, const float* weight, float* dweight,
+                                 float* dbias, float* dx, float* workspace) override {
+    activate();
+    if (engine_ != Engine::fused || dbias || out > cuda::kDenseBatchNormFeatures) {
+      return Backend::dense_backward_batch_norm(n, in, out, x, bn, weight, dweight, dbias, dx,
+                                                workspace);
+    }
+    cuda::dense_backward_batch_norm(stream_, n, in, out, x, bn, weight, dweight, dx, workspace,
+                                    block_counter_);
   }
 
  private:

@@ -6,17 +6,43 @@
 // backward (both) runs the weights' tiles and the data's tiles as one grid (a block is one tile of
 // either), since neither reads what the other writes: one launch where the two calls take two.
 // The bias gradient is a per-column sum, done by channel_reduce.cuh with hw = 1.
+//
+// The dense tail's two (Backend::dense_forward_batch_norm, dense_backward_batch_norm):
+//   forward_batch_norm: the forward's tiles, each also writing the per-column sum and sum of
+//     squares of its outputs (fp32 products summed in double: per thread over its 4 rows, then the
+//     16 thread rows in order) as one row of partials; the last block (launch.cuh, arrive_last)
+//     adds the rows in tile order, rounds the sums to float as batch_norm_stats stores them and
+//     finalizes them (batch_norm_rule.hpp): one launch where the chain takes three.
+//   backward_batch_norm: backward's grid, whose blocks read dy as the batch norm's backward apply
+//     of the gradient that reached it (conv_block_gradient.cuh's apply_value, the CPU's rounding),
+//     each feature's terms computed once per block into shared memory: the apply is never stored.
+//
+// Performance model (an ESTIMATE, no GPU has run this code), seed network at batch 1024, 588 -> 100
+// on an H200: forward 0.12 GFLOP in 32 tiles, ~4-6 us (the GEMM is latency-bound at this size; the
+// sums add 16 x 64 doubles per block and the last block's 16 x 200 adds, ~1 us); backward 0.24
+// GFLOP in 40 tiles, ~6-8 us, its apply 5 float operations per staged dy value (each staged by ~10
+// tiles), against one 0.8 MB read the materialized apply would save: about even, and one launch
+// (~3 us eagerly) fewer.
 #include "backend/cuda/dense.hpp"
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "core/error.hpp"
 
+#include "backend/batch_norm_rule.hpp"
+#include "backend/cuda/conv_block_gradient.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/tiled_gemm.cuh"
 
 namespace mnist::cuda {
+
+// Set by arrive_last (launch.cuh) in dense_forward_batch_norm's blocks: at namespace scope, where
+// the CUDA emulation can place it.
+__shared__ int dense_last_block;
+
 namespace {
 
 __global__ void __launch_bounds__(kGemmThreads)
@@ -48,25 +74,153 @@ __global__ void __launch_bounds__(kGemmThreads)
   gemm_tile(out, in, 0, n, blockIdx.y, blockIdx.x, load_a, load_b, store);
 }
 
-// Blocks [0, weight_tiles) are dense_backward_weights_kernel's tiles (row-major over its grid of
-// ceil(in/64) columns), the rest dense_backward_data_kernel's (over ceil(in/64) columns too).
+// Blocks [0, weight_tiles * splits) are dense_backward_weights_kernel's tiles (row-major over its
+// grid of ceil(in/64) columns), `splits` blocks per tile, the rest dense_backward_data_kernel's
+// (over ceil(in/64) columns too).
+// The weights' GEMM sums over the batch (k = n), so one block per tile leaves a long serial loop
+// on a few blocks (20 tiles for 588 -> 100, 64 k-steps each at batch 1024: ~230 us on an H200,
+// measured). With splits > 1, block s of a tile sums rows [s * split_rows, (s + 1) * split_rows)
+// into its own slot of `partial` ([weight_tiles][splits][64 * 64] floats); the last of the tile's
+// blocks to arrive (launch.cuh, on counters[tile]) adds the slots in split order (fixed, so the
+// bits repeat from run to run) and stores dweight.
+// dy comes from a source (conv_block_gradient.cuh's interface, with hw = 1: element (row, o) at
+// offset row * out + o): memory, or the batch norm's backward apply computed as it is staged.
+// A block with no data tile left (dx nullptr) runs only the weights' tiles.
+template <class Source>
 __global__ void __launch_bounds__(kGemmThreads)
-    dense_backward_kernel(int n, int in, int out, const float* x, const float* dy,
-                          const float* weight, float* dweight, float* dx, int weight_tiles) {
+    dense_backward_kernel(int n, int in, int out, const float* x, Source dy, const float* weight,
+                          float* dweight, float* dx, int weight_tiles, int splits, int split_rows,
+                          float* partial, unsigned* counters) {
+  __shared__ ApplyTerms terms[kDenseBatchNormFeatures];
+  dy.prepare(terms);
+  const auto dy_at = [&](int row, int o) {
+    return dy(row, o, 0, 0, static_cast<std::size_t>(row) * out + o);
+  };
   const int tiles_in = (in + kTileN - 1) / kTileN;
   const int block = static_cast<int>(blockIdx.x);
-  if (block < weight_tiles) {
-    auto load_a = [&](int o, int row) { return dy[static_cast<std::size_t>(row) * out + o]; };
+  if (block < weight_tiles * splits) {
+    const int tile = block / splits, split = block % splits;
+    const int tile_m = tile / tiles_in, tile_n = tile % tiles_in;
+    auto load_a = [&](int o, int row) { return dy_at(row, o); };
     auto load_b = [&](int row, int j) { return x[static_cast<std::size_t>(row) * in + j]; };
-    auto store = [&](int o, int j, float v) { dweight[static_cast<std::size_t>(o) * in + j] = v; };
-    gemm_tile(out, in, 0, n, block / tiles_in, block % tiles_in, load_a, load_b, store);
+    if (splits == 1) {
+      auto store = [&](int o, int j, float v) {
+        dweight[static_cast<std::size_t>(o) * in + j] = v;
+      };
+      gemm_tile(out, in, 0, n, tile_m, tile_n, load_a, load_b, store);
+      return;
+    }
+    float acc[4][4];
+    const int k_begin = split * split_rows, k_end = min(n, k_begin + split_rows);
+    gemm_accumulate(out, in, k_begin, k_end, tile_m, tile_n, load_a, load_b, acc);
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    constexpr int kTileFloats = kTileM * kTileN;
+    float* slots = partial + static_cast<std::size_t>(tile) * splits * kTileFloats;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        slots[static_cast<std::size_t>(split) * kTileFloats + (ty + 16 * i) * kTileN + tx +
+              16 * j] = acc[i][j];
+    if (!arrive_last(counters + tile, dense_last_block, static_cast<unsigned>(splits))) return;
+    const volatile float* all = slots;  // written by other blocks: not from a stale cache line
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int at = (ty + 16 * i) * kTileN + tx + 16 * j;
+        float sum = 0.0f;
+        for (int s = 0; s < splits; ++s) sum += all[static_cast<std::size_t>(s) * kTileFloats + at];
+        const int o = tile_m * kTileM + ty + 16 * i, col = tile_n * kTileN + tx + 16 * j;
+        if (o < out && col < in) dweight[static_cast<std::size_t>(o) * in + col] = sum;
+      }
+    }
+    depart_last(counters + tile);
   } else {
-    const int tile = block - weight_tiles;
-    auto load_a = [&](int row, int o) { return dy[static_cast<std::size_t>(row) * out + o]; };
+    const int tile = block - weight_tiles * splits;
+    auto load_a = [&](int row, int o) { return dy_at(row, o); };
     auto load_b = [&](int o, int j) { return weight[static_cast<std::size_t>(o) * in + j]; };
     auto store = [&](int row, int j, float v) { dx[static_cast<std::size_t>(row) * in + j] = v; };
     gemm_tile(n, in, 0, out, tile / tiles_in, tile % tiles_in, load_a, load_b, store);
   }
+}
+
+// The gradient of a dense output that went through a batch norm: its backward apply, from the
+// gradient that reached the batch norm (BatchNormGradient, hw = 1).
+struct BatchNormApplySource {
+  BatchNormGradient g;
+  int features = 0;
+  const ApplyTerms* terms = nullptr;  // shared memory, from prepare()
+  __device__ void prepare(ApplyTerms* table) {
+    for (int f = threadIdx.x; f < features; f += blockDim.x)
+      table[f] = apply_terms(f, g.mean, g.invstd, g.gamma, g.sum_dy, g.sum_dy_xhat, g.count);
+    terms = table;
+    __syncthreads();
+  }
+  __device__ float operator()(int, int f, int, int, std::size_t offset) const {
+    return apply_value(g.dy[offset], g.x[offset], terms[f]);
+  }
+};
+
+// The forward's tile, then its column sums into partial[tile_m][2 * out] (sums, then sums of
+// squares); the last block adds the rows in tile order and finalizes the batch norm.
+__global__ void __launch_bounds__(kGemmThreads)
+    dense_forward_batch_norm_kernel(int n, int in, int out, const float* x, const float* weight,
+                                    const float* bias, float* y, BatchNormFinalize bn,
+                                    unsigned* counter, double* partial) {
+  __shared__ double column_part[2][kGemmThreads / 16][kTileN];  // [sum, sumsq][thread row][column]
+  auto load_a = [&](int row, int k) { return x[static_cast<std::size_t>(row) * in + k]; };
+  auto load_b = [&](int k, int o) { return weight[static_cast<std::size_t>(o) * in + k]; };
+  float acc[4][4];
+  gemm_accumulate(n, out, 0, in, blockIdx.y, blockIdx.x, load_a, load_b, acc);
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int o = n0 + tx + 16 * j;
+    double s = 0.0, ss = 0.0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = m0 + ty + 16 * i;
+      if (row < n && o < out) {
+        const float v = bias ? acc[i][j] + bias[o] : acc[i][j];
+        y[static_cast<std::size_t>(row) * out + o] = v;
+        s += v;
+        ss += static_cast<double>(v) * v;  // exact: a float's square has at most 48 bits
+      }
+    }
+    column_part[0][ty][tx + 16 * j] = s;
+    column_part[1][ty][tx + 16 * j] = ss;
+  }
+  __syncthreads();
+  if (threadIdx.x < kTileN) {
+    const int o = n0 + threadIdx.x;
+    double s = 0.0, ss = 0.0;
+    for (int r = 0; r < kGemmThreads / 16; ++r) {
+      s += column_part[0][r][threadIdx.x];
+      ss += column_part[1][r][threadIdx.x];
+    }
+    if (o < out) {
+      double* row = partial + static_cast<std::size_t>(blockIdx.y) * 2 * out;
+      row[o] = s;
+      row[out + o] = ss;
+    }
+  }
+  if (!arrive_last(counter, dense_last_block)) return;
+  const volatile double* all = partial;  // written by other blocks: not from a stale cache line
+  for (int o = threadIdx.x; o < out; o += blockDim.x) {
+    double s = 0.0, ss = 0.0;
+    for (unsigned r = 0; r < gridDim.y; ++r) {
+      s += all[static_cast<std::size_t>(r) * 2 * out + o];
+      ss += all[static_cast<std::size_t>(r) * 2 * out + out + o];
+    }
+    // batch_norm_stats hands the finalize float sums: round them the same way.
+    const float sum = static_cast<float>(s), sumsq = static_cast<float>(ss);
+    batch_norm_finalize_channel(bn.count, static_cast<double>(sum), static_cast<double>(sumsq),
+                                bn.epsilon, bn.decay, bn.mean[o], bn.invstd[o], bn.running_mean[o],
+                                bn.running_var[o]);
+  }
+  depart_last(counter);
 }
 
 struct ColumnValue {
@@ -122,10 +276,96 @@ void dense_backward(cudaStream_t stream, int n, int in, int out, const float* x,
   const long long blocks = weight_tiles + static_cast<long long>(data.x) * data.y;
   MNIST_CHECK(blocks <= INT_MAX, "dense_backward: {} tiles exceed a grid's {} blocks", blocks,
               INT_MAX);
-  MNIST_LAUNCH(dense_backward_kernel, static_cast<unsigned>(blocks), kGemmThreads, 0, stream)
-  (n, in, out, x, dy, weight, dweight, dx, static_cast<int>(weight_tiles));
+  MNIST_LAUNCH(dense_backward_kernel<PlainSource>, static_cast<unsigned>(blocks), kGemmThreads, 0,
+               stream)
+  (n, in, out, x, PlainSource{dy}, weight, dweight, dx, static_cast<int>(weight_tiles), 1, n,
+   nullptr, nullptr);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dense_backward_kernel");
   if (dbias) dense_backward_bias(stream, n, out, dy, dbias, scratch);
+}
+
+std::size_t dense_forward_batch_norm_workspace_floats(int n, int out) {
+  const std::size_t row_tiles = static_cast<std::size_t>(ceil_div(std::max(n, 1), kTileM));
+  return 2 * row_tiles * 2 * static_cast<std::size_t>(out);  // doubles: sum and sumsq per tile row
+}
+
+void dense_forward_batch_norm(cudaStream_t stream, int n, int in, int out, const float* x,
+                              const float* weight, const float* bias, float* y,
+                              const BatchNormFinalize& bn, float* workspace, unsigned* counter) {
+  MNIST_CHECK(
+      n >= 1 && in >= 1 && out >= 1 && bn.mean && bn.invstd && bn.running_mean && bn.running_var,
+      "dense_forward_batch_norm needs n, in, out >= 1 (got {}, {}, {}) and the batch "
+      "norm's mean, invstd and running statistics",
+      n, in, out);
+  MNIST_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0,
+              "dense_forward_batch_norm: workspace {} is not {}-byte aligned (it holds doubles)",
+              static_cast<const void*>(workspace), alignof(double));
+  const dim3 grid = gemm_grid(n, out);
+  MNIST_CHECK(static_cast<long long>(grid.x) * grid.y <= UINT_MAX,
+              "dense_forward_batch_norm: {} x {} tiles overflow the block counter", grid.x, grid.y);
+  MNIST_LAUNCH(dense_forward_batch_norm_kernel, grid, kGemmThreads, 0, stream)
+  (n, in, out, x, weight, bias, y, bn, counter, reinterpret_cast<double*>(workspace));
+  MNIST_CUDA_LAUNCH_CHECK(stream, "dense_forward_batch_norm_kernel");
+}
+
+namespace {
+
+// How dense_backward_batch_norm splits the weights' GEMM over the batch: enough blocks to fill an
+// H200 (132 SMs, ~4 blocks each), each split at least kMinSplitRows rows (4 k-steps), one counter
+// per weight tile. A function of n and the shape alone, never decreasing with n (the workspace
+// sized for the largest batch serves the smaller ones).
+constexpr int kMinSplitRows = 64, kSplitBlocksWanted = 512, kMaxSplits = 64;
+struct WeightSplit {
+  int splits = 1, rows = 0;
+};
+WeightSplit weight_split(int n, int in, int out) {
+  const dim3 weights = gemm_grid(out, in);
+  const int tiles = static_cast<int>(weights.x * weights.y);
+  WeightSplit w;
+  w.rows = std::max(n, 1);
+  if (tiles > kBlockCounters || n <= kMinSplitRows) return w;
+  const int wanted =
+      std::min({ceil_div(n, kMinSplitRows), std::max(1, kSplitBlocksWanted / tiles), kMaxSplits});
+  w.rows = ceil_div(ceil_div(n, wanted), kTileK) * kTileK;  // whole k-steps
+  w.splits = ceil_div(n, w.rows);                           // no empty split
+  return w;
+}
+
+}  // namespace
+
+std::size_t dense_backward_batch_norm_workspace_floats(int n, int in, int out) {
+  const WeightSplit w = weight_split(n, in, out);
+  if (w.splits == 1) return 0;
+  const dim3 weights = gemm_grid(out, in);
+  return static_cast<std::size_t>(weights.x) * weights.y * w.splits * kTileM * kTileN;
+}
+
+void dense_backward_batch_norm(cudaStream_t stream, int n, int in, int out, const float* x,
+                               const BatchNormGradient& g, const float* weight, float* dweight,
+                               float* dx, float* workspace, unsigned* counters) {
+  MNIST_CHECK(n >= 1 && in >= 1 && out >= 1 && out <= kDenseBatchNormFeatures,
+              "dense_backward_batch_norm: n {}, in {}, out {}: needs n, in >= 1 and 1..{} outputs",
+              n, in, out, kDenseBatchNormFeatures);
+  MNIST_CHECK(g.dy && g.x && g.mean && g.invstd && g.sum_dy && g.sum_dy_xhat && g.count > 0,
+              "dense_backward_batch_norm needs the batch norm's dy, x, mean, invstd, both sums and "
+              "a count > 0 (got {})",
+              g.count);
+  const WeightSplit split = weight_split(n, in, out);
+  MNIST_CHECK(split.splits == 1 || (workspace && counters),
+              "dense_backward_batch_norm: n {}, {} -> {} splits the weights' sums {} ways and "
+              "needs a workspace of {} floats and the stream's block counters",
+              n, in, out, split.splits, dense_backward_batch_norm_workspace_floats(n, in, out));
+  const dim3 weights = gemm_grid(out, in), data = gemm_grid(n, in);
+  const long long weight_tiles = static_cast<long long>(weights.x) * weights.y;
+  const long long blocks =
+      weight_tiles * split.splits + (dx ? static_cast<long long>(data.x) * data.y : 0);
+  MNIST_CHECK(blocks <= INT_MAX, "dense_backward_batch_norm: {} tiles exceed a grid's {} blocks",
+              blocks, INT_MAX);
+  MNIST_LAUNCH(dense_backward_kernel<BatchNormApplySource>, static_cast<unsigned>(blocks),
+               kGemmThreads, 0, stream)
+  (n, in, out, x, BatchNormApplySource{g, out}, weight, dweight, dx, static_cast<int>(weight_tiles),
+   split.splits, split.rows, workspace, counters);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "dense_backward_kernel");
 }
 
 void dense_backward_bias(cudaStream_t stream, int n, int out, const float* dy, float* dbias,

@@ -3,7 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "backend/cuda/channel_reduce.cuh"
+#include "backend/kernel_args.hpp"
 
 namespace mnist::cuda {
 
@@ -25,4 +28,26 @@ void dense_backward(cudaStream_t stream, int n, int in, int out, const float* x,
 void dense_backward_bias(cudaStream_t stream, int n, int out, const float* dy, float* dbias,
                          const ReduceScratch& scratch);
 
+// The dense tail's two (Backend::dense_forward_batch_norm, dense_backward_batch_norm), one launch
+// each. The largest dense output whose batch norm's backward apply dense_backward_batch_norm
+// computes as it stages dy (its features' terms sit in a shared-memory table).
+constexpr int kDenseBatchNormFeatures = 128;
+// Floats of workspace dense_forward_batch_norm needs (doubles, 8-byte aligned); never decreases
+// with n.
+std::size_t dense_forward_batch_norm_workspace_floats(int n, int out);
+// dense_forward, then the batch norm's statistics of y [n, out] (hw = 1) finalized with bn in the
+// last block. counter: the stream's block counter (launch.cuh, arrive_last).
+void dense_forward_batch_norm(cudaStream_t stream, int n, int in, int out, const float* x,
+                              const float* weight, const float* bias, float* y,
+                              const BatchNormFinalize& bn, float* workspace, unsigned* counter);
+// Floats of workspace dense_backward_batch_norm needs (0 where it does not split the weights'
+// sums over the batch); never decreases with n.
+std::size_t dense_backward_batch_norm_workspace_floats(int n, int in, int out);
+// dense_backward (no bias) of dy = batch_norm_backward_apply(g), computed where it is read, the
+// weights' sums split over the batch in a fixed order (workspace and the stream's block counters,
+// launch.cuh, one per weight tile). Assigns dweight and, when not nullptr, dx.
+// out <= kDenseBatchNormFeatures.
+void dense_backward_batch_norm(cudaStream_t stream, int n, int in, int out, const float* x,
+                               const BatchNormGradient& g, const float* weight, float* dweight,
+                               float* dx, float* workspace, unsigned* counters);
 }  // namespace mnist::cuda

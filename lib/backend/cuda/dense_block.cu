@@ -39,8 +39,8 @@
 
 #include "backend/batch_norm_rule.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/dense_block_terms.cuh"
 #include "backend/cuda/launch.cuh"
-#include "backend/dropout_mask.hpp"
 
 namespace mnist::cuda {
 namespace {
@@ -50,59 +50,6 @@ constexpr int kLanes = 128;   // sample lanes per feature: threadIdx.y
 constexpr int kBlockThreads = kFeatures * kLanes;
 constexpr int kWarps = kBlockThreads / 32;
 static_assert(32 % kFeatures == 0, "a warp holds whole rows of kFeatures features");
-
-// The dropout that ends the block, as the kernels take it. The step comes from *step_from when the
-// kernel runs (a step captured once and replayed) when that is not nullptr.
-struct DropoutTerms {
-  bool on = false;
-  float rate = 0.0f, scale = 1.0f;
-  RngKey key{};
-  uint32_t step = 0;
-  const StepScalars* step_from = nullptr;
-  uint32_t first_sample = 0;
-};
-
-DropoutTerms dropout_terms(const DropoutArgs* d) {
-  DropoutTerms t;
-  if (!d) return t;
-  t.on = true;
-  t.rate = d->rate;
-  // dropout_forward's keep scale, 1 / (1 - rate) in float, as the CPU computes it.
-  t.scale = 1.0f / (1.0f - d->rate);
-  t.key = d->key;
-  t.step = d->step;
-  t.step_from = d->step_scalars;
-  t.first_sample = d->first_sample;
-  return t;
-}
-
-__device__ __forceinline__ uint32_t dropout_step(const DropoutTerms& d) {
-  return d.step_from ? static_cast<uint32_t>(d.step_from->step) : d.step;
-}
-
-// dropout_forward / dropout_backward of one value: v * scale where the mask keeps it, else 0.
-__device__ __forceinline__ float dropped(const DropoutTerms& d, uint32_t step, int sample,
-                                         int feature, float v) {
-  if (!d.on) return v;
-  const bool keep = dropout_keeps(d.key, step, d.first_sample + static_cast<uint32_t>(sample),
-                                  static_cast<uint32_t>(feature), d.rate);
-  return keep ? __fmul_rn(v, d.scale) : 0.0f;
-}
-
-// batch_norm_apply's y = x * a + b, two roundings, with a = invstd * gamma, b = beta - mean * a.
-struct Affine {
-  float a, b;
-};
-__device__ __forceinline__ Affine affine_of(int f, const float* mean, const float* invstd,
-                                            const float* gamma, const float* beta) {
-  Affine t;
-  t.a = __fmul_rn(invstd[f], gamma ? gamma[f] : 1.0f);
-  t.b = __fsub_rn(beta ? beta[f] : 0.0f, __fmul_rn(mean[f], t.a));
-  return t;
-}
-__device__ __forceinline__ float normalized(float v, const Affine& t) {
-  return __fadd_rn(__fmul_rn(v, t.a), t.b);
-}
 
 // The two sums of feature threadIdx.x over the block's kLanes lanes, in a fixed order: the warp's
 // four sample rows by shuffles, then the warps in order by thread (threadIdx.x, 0), which alone
@@ -168,10 +115,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll 4
   for (int i = threadIdx.y; i < n; i += kLanes) {
     const std::size_t o = static_cast<std::size_t>(i) * c + f;
-    const float v = normalized(x[o], t);
-    // relu_forward's rule on the CPU: only values below zero become 0 (NaN and -0 pass).
-    const float r = v < 0.0f ? 0.0f : v;
-    y[o] = dropped(drop, step, i, f, r);
+    y[o] = block_output(drop, step, i, f, x[o], t);
   }
 }
 
@@ -197,11 +141,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     m = mean[f];
     is = invstd[f];
   }
-  // The gradient the chain hands batch_norm_backward_reduce: dropout_backward, then
-  // relu_backward, which passes it where relu(x * a + b) > 0, that is where x * a + b > 0.
+  // The gradient the chain hands batch_norm_backward_reduce (dense_block_terms.cuh).
   const auto gradient = [&](int i, std::size_t o, float xv) {
-    const float g = dropped(drop, step, i, f, dy[o]);
-    return normalized(xv, t) > 0.0f ? g : 0.0f;
+    return block_gradient(drop, step, i, f, xv, t, dy[o]);
   };
   double s = 0.0, sx = 0.0;
   if (live) {

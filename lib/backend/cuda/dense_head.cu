@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/dense_block_terms.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/kernel_args.hpp"
 #include "core/error.hpp"
@@ -41,31 +42,58 @@ int head_blocks(int n) {
   return std::clamp((n + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks);
 }
 
+// The dense block in front of the head (Backend::dense_block_softmax_cross_entropy): when `on`, x
+// is the block's input, each lane computes the block's output of its inputs as it reads them, turns
+// its dx into the gradient that reaches the block's batch norm (written to dbn instead of dx) and
+// adds that gradient's two per-feature sums, which go with the block's partial.
+struct HeadBlock {
+  bool on = false;
+  const float *mean = nullptr, *invstd = nullptr, *gamma = nullptr, *beta = nullptr;
+  DropoutTerms drop;
+  float* dbn = nullptr;
+  float *sum_dy = nullptr, *sum_dy_xhat = nullptr;
+};
+
+// Doubles of one block's partial: the gradients, the loss, the hit count and, with a block, its
+// two sums per input.
+__host__ __device__ inline int partial_row(int in, int k, bool block) {
+  return k * in + k + 2 + (block ? 2 * in : 0);
+}
+
 __global__ void __launch_bounds__(kHeadThreads)
     dense_softmax_cross_entropy_kernel(int n, int in, int k, const float* x, const float* weight,
                                        const float* bias, const int32_t* labels, float grad_scale,
                                        float* dx, float* dweight, float* dbias, float* metrics,
-                                       unsigned* counter,
-                                       double* partial /* [grid, k*in + k + 2] */) {
+                                       HeadBlock blk, unsigned* counter,
+                                       double* partial /* [grid, partial_row] */) {
   __shared__ float w_s[kMaxClasses * kMaxIn];
   __shared__ float sums[kMaxClasses * kMaxIn + kMaxClasses];
+  __shared__ double block_sums[2 * kMaxIn];  // with a block: its sums, warps added in order
+  __shared__ Affine affine[kMaxIn];          // with a block: each input's batch-norm apply
   __shared__ float warp_loss[kHeadWarps];
   __shared__ float warp_correct[kHeadWarps];
   __shared__ int is_last;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int weights = k * in, grads = weights + k;
   for (int i = threadIdx.x; i < weights; i += kHeadThreads) w_s[i] = weight[i];
+  if (blk.on) {
+    for (int i = threadIdx.x; i < in; i += kHeadThreads)
+      affine[i] = affine_of(i, blk.mean, blk.invstd, blk.gamma, blk.beta);
+  }
+  const uint32_t step = blk.on ? dropout_step(blk.drop) : 0u;
   __syncthreads();
 
   float acc_w[kPerLane][kMaxClasses] = {};
   float acc_b[kMaxClasses] = {};
+  double acc_dy[kPerLane] = {}, acc_dy_x[kPerLane] = {};  // with a block: its sums, per input
   float loss_sum = 0.0f, correct = 0.0f;
   for (int row = blockIdx.x * kHeadWarps + warp; row < n; row += gridDim.x * kHeadWarps) {
-    float xv[kPerLane];
+    float xv[kPerLane], in_v[kPerLane];  // the head's inputs; with a block, also the block's
 #pragma unroll
     for (int m = 0; m < kPerLane; ++m) {
       const int i = lane + 32 * m;
-      xv[m] = i < in ? x[static_cast<std::size_t>(row) * in + i] : 0.0f;
+      in_v[m] = i < in ? x[static_cast<std::size_t>(row) * in + i] : 0.0f;
+      xv[m] = blk.on && i < in ? block_output(blk.drop, step, row, i, in_v[m], affine[i]) : in_v[m];
     }
     float z[kMaxClasses];
 #pragma unroll
@@ -114,12 +142,21 @@ __global__ void __launch_bounds__(kHeadThreads)
     for (int m = 0; m < kPerLane; ++m) {
       const int i = lane + 32 * m;
       if (i >= in) continue;
-      if (dx) {
+      if (dx || blk.on) {
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < kMaxClasses; ++j)
           if (j < k) s = fmaf(d[j], w_s[j * in + i], s);
-        dx[static_cast<std::size_t>(row) * in + i] = s;
+        if (blk.on) {
+          // The gradient that reaches the batch norm, and its sums as dense_block_backward's.
+          const float g = block_gradient(blk.drop, step, row, i, in_v[m], affine[i], s);
+          blk.dbn[static_cast<std::size_t>(row) * in + i] = g;
+          acc_dy[m] += g;
+          acc_dy_x[m] += static_cast<double>(g) *
+                         (static_cast<double>(in_v[m]) - static_cast<double>(blk.mean[i]));
+        } else {
+          dx[static_cast<std::size_t>(row) * in + i] = s;
+        }
       }
 #pragma unroll
       for (int j = 0; j < kMaxClasses; ++j) acc_w[m][j] = fmaf(d[j], xv[m], acc_w[m][j]);
@@ -154,11 +191,20 @@ __global__ void __launch_bounds__(kHeadThreads)
           s = (w == 0 ? 0.0f : s) + acc_b[j];
         }
       }
+      if (blk.on) {
+#pragma unroll
+        for (int m = 0; m < kPerLane; ++m) {
+          const int i = lane + 32 * m;
+          if (i >= in) continue;
+          block_sums[i] = (w == 0 ? 0.0 : block_sums[i]) + acc_dy[m];
+          block_sums[in + i] = (w == 0 ? 0.0 : block_sums[in + i]) + acc_dy_x[m];
+        }
+      }
     }
     __syncthreads();
   }
-  // The block's row: its gradient sums, then its loss and hit count.
-  const int row_length = grads + 2;
+  // The block's row: its gradient sums, then its loss and hit count, then the block's sums.
+  const int row_length = partial_row(in, k, blk.on);
   double* row = partial + static_cast<std::size_t>(blockIdx.x) * row_length;
   if (threadIdx.x == 0) {
     float block_loss = 0.0f, block_correct = 0.0f;
@@ -170,6 +216,8 @@ __global__ void __launch_bounds__(kHeadThreads)
     row[grads + 1] = block_correct;
   }
   for (int e = threadIdx.x; e < grads; e += kHeadThreads) row[e] = sums[e];
+  if (blk.on)
+    for (int e = threadIdx.x; e < 2 * in; e += kHeadThreads) row[grads + 2 + e] = block_sums[e];
 
   // The last block to get here adds every block's partial, in block order.
   if (!arrive_last(counter, is_last)) return;
@@ -182,6 +230,19 @@ __global__ void __launch_bounds__(kHeadThreads)
       dweight[e] = static_cast<float>(total);
     } else if (dbias) {
       dbias[e - weights] = static_cast<float>(total);
+    }
+  }
+  if (blk.on) {
+    for (int e = threadIdx.x; e < 2 * in; e += kHeadThreads) {
+      double total = 0.0;
+      for (unsigned b = 0; b < gridDim.x; ++b)
+        total += all[static_cast<std::size_t>(b) * row_length + grads + 2 + e];
+      // batch_norm_backward_reduce's floats: sum_dy_xhat = invstd * sum of dy * (x - mean).
+      if (e < in)
+        blk.sum_dy[e] = static_cast<float>(total);
+      else
+        blk.sum_dy_xhat[e - in] =
+            static_cast<float>(total * static_cast<double>(blk.invstd[e - in]));
     }
   }
   if (threadIdx.x == 0) {
@@ -204,25 +265,60 @@ bool dense_head_supports(int n, int in, int k) {
 }
 
 std::size_t dense_head_workspace_floats(int n, int in, int k) {
-  const std::size_t grads = static_cast<std::size_t>(k) * in + k;
-  return 2 * static_cast<std::size_t>(head_blocks(n)) * (grads + 2);  // + loss, hits
+  // With or without a block (the larger): the blocks' partial rows, in doubles.
+  return 2 * static_cast<std::size_t>(head_blocks(n)) * partial_row(in, k, true);
 }
+
+namespace {
+void launch_head(cudaStream_t stream, const char* op, int n, int in, int k, const float* x,
+                 const float* weight, const float* bias, const int32_t* labels, float grad_scale,
+                 float* dx, float* dweight, float* dbias, float* metrics, const HeadBlock& blk,
+                 float* workspace, unsigned* counter) {
+  MNIST_CHECK(dense_head_supports(n, in, k),
+              "{}: {} inputs, {} classes, batch {}: the fused kernel takes 1..{} inputs and 1..{} "
+              "classes",
+              op, in, k, n, kMaxIn, kMaxClasses);
+  MNIST_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0,
+              "{}: workspace {} is not {}-byte aligned (it holds doubles)", op,
+              static_cast<const void*>(workspace), alignof(double));
+  double* partial = reinterpret_cast<double*>(workspace);
+  MNIST_LAUNCH(dense_softmax_cross_entropy_kernel, head_blocks(n), kHeadThreads, 0, stream)
+  (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, blk, counter,
+   partial);
+  MNIST_CUDA_LAUNCH_CHECK(stream, "dense_softmax_cross_entropy_kernel");
+}
+}  // namespace
 
 void dense_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k, const float* x,
                                  const float* weight, const float* bias, const int32_t* labels,
                                  float grad_scale, float* dx, float* dweight, float* dbias,
                                  float* metrics, float* workspace, unsigned* counter) {
-  MNIST_CHECK(dense_head_supports(n, in, k),
-              "dense_softmax_cross_entropy: {} inputs, {} classes, batch {}: the fused kernel "
-              "takes 1..{} inputs and 1..{} classes",
-              in, k, n, kMaxIn, kMaxClasses);
-  MNIST_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0,
-              "dense_softmax_cross_entropy: workspace {} is not {}-byte aligned (it holds doubles)",
-              static_cast<const void*>(workspace), alignof(double));
-  double* partial = reinterpret_cast<double*>(workspace);
-  MNIST_LAUNCH(dense_softmax_cross_entropy_kernel, head_blocks(n), kHeadThreads, 0, stream)
-  (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, counter, partial);
-  MNIST_CUDA_LAUNCH_CHECK(stream, "dense_softmax_cross_entropy_kernel");
+  launch_head(stream, "dense_softmax_cross_entropy", n, in, k, x, weight, bias, labels, grad_scale,
+              dx, dweight, dbias, metrics, HeadBlock{}, workspace, counter);
+}
+
+void dense_block_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k,
+                                       const DenseBlockInput& block, const float* weight,
+                                       const float* bias, const int32_t* labels, float grad_scale,
+                                       float* dbn, float* sum_dy, float* sum_dy_xhat,
+                                       float* dweight, float* dbias, float* metrics,
+                                       float* workspace, unsigned* counter) {
+  MNIST_CHECK(n >= 1 && block.x && block.mean && block.invstd && dbn && sum_dy && sum_dy_xhat,
+              "dense_block_softmax_cross_entropy needs n >= 1 (got {}), the block's input, mean, "
+              "invstd, and dbn, sum_dy, sum_dy_xhat",
+              n);
+  HeadBlock blk;
+  blk.on = true;
+  blk.mean = block.mean;
+  blk.invstd = block.invstd;
+  blk.gamma = block.gamma;
+  blk.beta = block.beta;
+  blk.drop = dropout_terms(block.has_dropout ? &block.dropout : nullptr);
+  blk.dbn = dbn;
+  blk.sum_dy = sum_dy;
+  blk.sum_dy_xhat = sum_dy_xhat;
+  launch_head(stream, "dense_block_softmax_cross_entropy", n, in, k, block.x, weight, bias, labels,
+              grad_scale, nullptr, dweight, dbias, metrics, blk, workspace, counter);
 }
 
 }  // namespace mnist::cuda

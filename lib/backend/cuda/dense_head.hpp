@@ -7,13 +7,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/kernel_args.hpp"
+
 namespace mnist::cuda {
 
 // True when the fused kernel takes these sizes: k <= 16 classes, in <= 128 inputs.
 bool dense_head_supports(int n, int in, int k);
 
-// Floats of workspace dense_softmax_cross_entropy needs: the blocks' partial weight and bias
-// gradients, loss and hit count (double). Never decreases with n.
+// Floats of workspace dense_softmax_cross_entropy and dense_block_softmax_cross_entropy need: the
+// blocks' partial weight and bias gradients, loss and hit count (and the block's sums), in double.
+// Never decreases with n.
 std::size_t dense_head_workspace_floats(int n, int in, int k);
 
 // x[n, in], weight[k, in], bias[k] or nullptr, labels int32[n]. Accumulates metrics[kMetricSlots]
@@ -26,5 +29,16 @@ void dense_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k, cons
                                  const float* weight, const float* bias, const int32_t* labels,
                                  float grad_scale, float* dx, float* dweight, float* dbias,
                                  float* metrics, float* workspace, unsigned* counter);
+
+// The same head on the output of the dense block in front of it, computed from the block's input
+// as it is read, and the block's backward up to its batch norm's sums (the contract of
+// Backend::dense_block_softmax_cross_entropy): block.x[n, in] is the block's input; assigns
+// dbn[n, in], sum_dy[in], sum_dy_xhat[in] besides the head's gradients. One kernel launch.
+void dense_block_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k,
+                                       const DenseBlockInput& block, const float* weight,
+                                       const float* bias, const int32_t* labels, float grad_scale,
+                                       float* dbn, float* sum_dy, float* sum_dy_xhat,
+                                       float* dweight, float* dbias, float* metrics,
+                                       float* workspace, unsigned* counter);
 
 }  // namespace mnist::cuda

@@ -25,7 +25,7 @@
 //     KW taps s: KB*KW fp32 accumulators; `parts` threads share each owner and take every
 //     parts-th row of the tile, sliding a KW-wide window along the row (one new input per pixel).
 //     At the end the block adds its parts in double in part order and writes one double per
-//     weight to the workspace; the last block of each group of 16 adds its group's rows in block
+//     weight to the workspace; the last block of each group of 32 adds its group's rows in block
 //     order, and the last of those adds the groups in group order (add_weight_partials: two
 //     fixed-order levels in the same launch, on the stream's block counters). No atomics in any
 //     sum: the results repeat bit for bit, run after run.
@@ -77,9 +77,11 @@ namespace {
 constexpr int kMaxThreads = 256;
 constexpr int kPoolFloats = 6144;
 constexpr int kMaxTileCols = 64;
-// Blocks of backward_weights: enough to fill an H200 twice over; fixed (not read from the device)
-// so that the summation order, and so the bits, are the same on every GPU.
-constexpr int kWeightBlocks = 256;
+// Blocks of backward_weights: fixed (not read from the device) so that the summation order, and so
+// the bits, are the same on every GPU. 256 (two per H200 SM, 10 warps) measured 140 us for the
+// seed's conv1 at batch 1024, the weights' blocks the step's longest path; 1024 keep every SM
+// several blocks deep, for (1024 + 32) rows x kWeights doubles of workspace (15.2 MB for 6 -> 12).
+constexpr int kWeightBlocks = 1024;
 
 // One (c, k, kh, kw) the kernels are compiled for. Passed to the kernels as an empty first
 // argument so that the launch deduces the shape (MNIST_LAUNCH takes a kernel name without commas).
@@ -225,6 +227,43 @@ __device__ __forceinline__ void stage_input_tile(const Correlation& a, int sampl
   }
 }
 
+// The input of a network's first convolution gathered from the device-resident dataset where the
+// convolution stages it (direct_conv2d_forward_gathered): the value at (sample, 0, y, x) is
+// pixel (y, x) of the sample's image / 255, the bits gather_batch assigns. One input channel.
+struct GatherSource {
+  BatchGather b;
+  int n = 0, width = 0;
+  const int32_t* indices = nullptr;  // the slice's, from prepare()
+  __device__ void prepare(ApplyTerms*) {
+    indices = b.ring + (b.step ? static_cast<std::size_t>(b.step->step % b.ring_steps) * n : 0);
+  }
+  __device__ float operator()(int sample, int, int y, int x_, std::size_t) const {
+    const std::size_t image = static_cast<std::size_t>(indices[sample]);
+    return static_cast<float>(b.images[image * b.pixels + y * width + x_]) / 255.0f;
+  }
+};
+
+// What a block does with its staged input tile before the correlation: nothing, except for a
+// GatherSource, whose gathered values also go to memory (the backward pass reads them). The input
+// pixels under the tile's output pixels are the block's to write: with the output the size of the
+// input (direct_conv2d_forward_gathered's rule) the tiles cover every input pixel exactly once.
+// The sample's first tile writes its label.
+template <class Source>
+__device__ __forceinline__ void after_staging(const Source&, const Correlation&, const Tiling&, int,
+                                              int, int, int, int, const float*) {}
+__device__ __forceinline__ void after_staging(const GatherSource& in, const Correlation& a,
+                                              const Tiling& t, int sample, int tile_index, int y0,
+                                              int x0, int tw, const float* tile) {
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rows = min(t.rows, a.in_h - y0), cols = min(t.cols, a.in_w - x0);
+  for (int yy = warp; yy < rows; yy += warps) {
+    float* dst = in.b.x + (static_cast<std::size_t>(sample) * a.in_h + y0 + yy) * a.in_w + x0;
+    const float* src = tile + (yy + a.pad_h) * tw + a.pad_w;
+    for (int xx = lane; xx < cols; xx += 32) dst[xx] = src[xx];
+  }
+  if (tile_index == 0 && threadIdx.x == 0) in.b.y[sample] = in.b.labels[in.indices[sample]];
+}
+
 // The block's share of a correlation; the weights are already in pool()[0, CIN*KH*KW*COUT) as
 // [(i, r, s)][o]. `block` is the block's tile (blockIdx.x, unless the kernel runs other work in
 // its first blocks). Every thread of the block must call it (it holds barriers). When stats is not
@@ -245,6 +284,7 @@ __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tilin
   const int th = t.rows + KH - 1, tw = t.cols + KW - 1;
   stage_input_tile<CIN>(a, sample, y0, x0, th, tw, in, tile);
   __syncthreads();
+  after_staging(in, a, t, sample, tile_index, y0, x0, tw, tile);
 
   const int sx = threadIdx.x % t.strips, sy = threadIdx.x / t.strips;
   const bool active = sy < t.rows;  // the block's last warp may have threads past the tile
@@ -348,15 +388,17 @@ struct StatsEpilogue {
   BatchNormFinalize bn;
 };
 
-template <class S>
+// x: a source of the input (PlainSource, or GatherSource to gather the batch on the way).
+template <class S, class Source>
 __global__ void __launch_bounds__(kMaxThreads)
-    direct_conv2d_forward_kernel(S, Correlation a, Tiling t, const float* x, const float* weight,
+    direct_conv2d_forward_kernel(S, Correlation a, Tiling t, Source x, const float* weight,
                                  const float* bias, float* y, double* stats, StatsEpilogue e) {
+  x.prepare(nullptr);
   // weight[k, c, r, s] -> pool[(c, r, s)][k]
   constexpr int kTaps = S::C * S::KH * S::KW;
   for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x)
     pool()[(i % kTaps) * S::K + i / kTaps] = weight[i];
-  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, PlainSource{x}, bias, y, stats, blockIdx.x);
+  correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, x, bias, y, stats, blockIdx.x);
   if (!stats || !arrive_last(e.counter, last_block)) return;
 
   // The last block: every tile's sums, added in the reduce kernel's fixed order (so the bits are
@@ -488,8 +530,9 @@ __device__ __forceinline__ void backward_weights_block(const Correlation& a, con
 // block of each group of kWeightGroup consecutive blocks adds its group's rows in block order into
 // group_sums[group] (counted on counters[1 + group]); the last of those adds the groups in group
 // order into dweight (counted on counters[0]). A group's sum overlaps the other groups' tiles, so
-// only the last group's and the final sum (~16 rows each) run after the grid's work.
-constexpr int kWeightGroup = 16;
+// only the last group's and the final sum (~32 rows each: sqrt(kWeightBlocks)) run after the grid's
+// work.
+constexpr int kWeightGroup = 32;
 static_assert(1 + (kWeightBlocks + kWeightGroup - 1) / kWeightGroup <= kBlockCounters,
               "a counter per group and one for the groups");
 template <class S>
@@ -710,19 +753,22 @@ void direct_conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float
     const Plans p = make_plans<decltype(shape)>(g);
     MNIST_LAUNCH(direct_conv2d_forward_kernel, static_cast<unsigned>(p.forward_tiles.tiles),
                  p.forward_tiles.threads, 0, stream)
-    (shape, p.forward, p.forward_tiles, x, weight, bias, y, nullptr, StatsEpilogue{});
+    (shape, p.forward, p.forward_tiles, PlainSource{x}, weight, bias, y, nullptr, StatsEpilogue{});
   });
   MNIST_CUDA_LAUNCH_CHECK(stream, "direct_conv2d_forward_kernel");
 }
 
-void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
-                                 const float* weight, const float* bias, float* y, float* sum,
-                                 float* sumsq, const BatchNormFinalize* bn, unsigned* counter,
-                                 float* workspace) {
+namespace {
+
+// direct_conv2d_forward_stats with the input from `x`, a source (what `what` names in errors).
+template <class Source>
+void forward_stats(cudaStream_t stream, const char* what, const Conv2dGeom& g, const Source& x,
+                   const float* weight, const float* bias, float* y, float* sum, float* sumsq,
+                   const BatchNormFinalize* bn, unsigned* counter, float* workspace) {
   std::string why_not;
-  MNIST_CHECK(direct_conv_supports(g, &why_not), "direct_conv2d_forward_stats: {}", why_not);
-  check_workspace(workspace, "direct_conv2d_forward_stats");
-  MNIST_CHECK(counter, "direct_conv2d_forward_stats: no block counter");
+  MNIST_CHECK(direct_conv_supports(g, &why_not), "{}: {}", what, why_not);
+  check_workspace(workspace, what);
+  MNIST_CHECK(counter, "{}: no block counter", what);
   with_shape(g, [&](auto shape) {
     using S = decltype(shape);
     const Plans p = make_plans<S>(g);
@@ -746,6 +792,41 @@ void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const
       batch_norm_finalize(stream, S::K, bn->count, sum, sumsq, bn->epsilon, bn->decay, bn->mean,
                           bn->invstd, bn->running_mean, bn->running_var);
   });
+}
+
+}  // namespace
+
+void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,
+                                 const float* weight, const float* bias, float* y, float* sum,
+                                 float* sumsq, const BatchNormFinalize* bn, unsigned* counter,
+                                 float* workspace) {
+  forward_stats(stream, "direct_conv2d_forward_stats", g, PlainSource{x}, weight, bias, y, sum,
+                sumsq, bn, counter, workspace);
+}
+
+bool direct_conv_gathers(const Conv2dGeom& g) {
+  return g.c == 1 && g.out_h == g.h && g.out_w == g.w && direct_conv_supports(g);
+}
+
+void direct_conv2d_forward_gathered(cudaStream_t stream, const Conv2dGeom& g,
+                                    const BatchGather& batch, const float* weight,
+                                    const float* bias, float* y, float* sum, float* sumsq,
+                                    const BatchNormFinalize* bn, unsigned* counter,
+                                    float* workspace) {
+  MNIST_CHECK(direct_conv_gathers(g),
+              "direct_conv2d_forward_gathered: a {}->{} convolution of {}x{} into {}x{}: gathering "
+              "needs one input channel and an output of the input's size",
+              g.c, g.k, g.h, g.w, g.out_h, g.out_w);
+  MNIST_CHECK(batch.pixels == g.h * g.w && batch.ring_steps >= 1,
+              "direct_conv2d_forward_gathered: images of {} pixels for a {}x{} input, a ring of {} "
+              "steps",
+              batch.pixels, g.h, g.w, batch.ring_steps);
+  GatherSource source;
+  source.b = batch;
+  source.n = g.n;
+  source.width = g.w;
+  forward_stats(stream, "direct_conv2d_forward_gathered", g, source, weight, bias, y, sum, sumsq,
+                bn, counter, workspace);
 }
 
 void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,

@@ -40,6 +40,19 @@ void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const
                                  const float* weight, const float* bias, float* y, float* sum,
                                  float* sumsq, const BatchNormFinalize* bn, unsigned* counter,
                                  float* workspace);
+// True when direct_conv2d_forward_gathered runs `g`: direct_conv_supports(g), one input channel and
+// an output of the input's size (then the tiles' output pixels lie over every input pixel once).
+bool direct_conv_gathers(const Conv2dGeom& g);
+// direct_conv2d_forward_stats of the batch `batch` gathers (gather_batch's contract, its bits),
+// gathered while the tiles are staged: each tile also writes the input pixels under its output
+// pixels to batch.x and each sample's first tile its label, so batch.x [n, 1, h, w] and batch.y
+// are assigned. One kernel launch where gather_batch made it two. Requires direct_conv_gathers(g)
+// and batch.pixels == g.h * g.w.
+void direct_conv2d_forward_gathered(cudaStream_t stream, const Conv2dGeom& g,
+                                    const BatchGather& batch, const float* weight,
+                                    const float* bias, float* y, float* sum, float* sumsq,
+                                    const BatchNormFinalize* bn, unsigned* counter,
+                                    float* workspace);
 // Assigns dx[n, c, h, w] = transposed convolution of dy with weight.
 void direct_conv2d_backward_data(cudaStream_t stream, const Conv2dGeom& g, const float* dy,
                                  const float* weight, float* dx);

@@ -112,7 +112,7 @@ __device__ __forceinline__ double block_sum(double value, double* shared /* [kTh
 // (`expected` blocks arrive there) before counting the groups' last blocks on the first.
 // is_last: an int in the kernel file's shared memory (a namespace-scope __shared__ variable: the
 // CUDA emulation cannot place a static of an inline function in its shared section).
-constexpr int kBlockCounters = 32;
+constexpr int kBlockCounters = 256;  // 1 KB; a kernel may count its groups or tiles on many
 __device__ __forceinline__ bool arrive_last(unsigned* counter, int& is_last, unsigned expected) {
   __threadfence();  // this block's partial is visible to the others before the count says so
   __syncthreads();

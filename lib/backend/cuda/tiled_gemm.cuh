@@ -18,16 +18,22 @@ namespace mnist::cuda {
 
 constexpr int kTileM = 64, kTileN = 64, kTileK = 16, kGemmThreads = 256;
 
-template <class LoadA, class LoadB, class Store>
-__device__ __forceinline__ void gemm_tile(int m_dim, int n_dim, int k_begin, int k_end, int tile_m,
-                                          int tile_n, const LoadA& load_a, const LoadB& load_b,
-                                          const Store& store) {
+// The tile's sums without the store: acc[i][j] is C at row tile_m * kTileM + threadIdx.x / 16 +
+// 16 i, column tile_n * kTileN + threadIdx.x % 16 + 16 j (zero outside the matrix), for an
+// epilogue that needs the whole micro-tile (column sums, say).
+template <class LoadA, class LoadB>
+__device__ __forceinline__ void gemm_accumulate(int m_dim, int n_dim, int k_begin, int k_end,
+                                                int tile_m, int tile_n, const LoadA& load_a,
+                                                const LoadB& load_b, float (&acc)[4][4]) {
   __shared__ float a_tile[kTileK][kTileM + 1];
   __shared__ float b_tile[kTileK][kTileN + 1];
   const int tid = threadIdx.x;
   const int tx = tid % 16, ty = tid / 16;
   const int m0 = tile_m * kTileM, n0 = tile_n * kTileN;
-  float acc[4][4] = {};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
   for (int k0 = k_begin; k0 < k_end; k0 += kTileK) {
 #pragma unroll
     for (int r = 0; r < (kTileM * kTileK) / kGemmThreads; ++r) {
@@ -55,6 +61,16 @@ __device__ __forceinline__ void gemm_tile(int m_dim, int n_dim, int k_begin, int
     }
     __syncthreads();
   }
+}
+
+template <class LoadA, class LoadB, class Store>
+__device__ __forceinline__ void gemm_tile(int m_dim, int n_dim, int k_begin, int k_end, int tile_m,
+                                          int tile_n, const LoadA& load_a, const LoadB& load_b,
+                                          const Store& store) {
+  float acc[4][4];
+  gemm_accumulate(m_dim, n_dim, k_begin, k_end, tile_m, tile_n, load_a, load_b, acc);
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int m0 = tile_m * kTileM, n0 = tile_n * kTileN;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
