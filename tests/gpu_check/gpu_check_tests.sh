@@ -145,7 +145,7 @@ case "$case_name" in
       fail "summary.json is not JSON"
     [[ $(tail -n 1 "$work/stdout") == "RESULT: PASS" ]] || fail "the summary is not printed last"
     names=$(python3 -c 'import json, sys; print(" ".join(s["name"] for s in json.load(open(sys.argv[1]))["stages"]))' "$out/summary.json")
-    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench allreduce nccl_all_gpus shared_gpu pytorch sanitizer_probe memcheck memcheck_train racecheck" ]] ||
+    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench kernels allreduce nccl_all_gpus shared_gpu pytorch sanitizer_probe memcheck memcheck_train racecheck" ]] ||
       fail "stages out of order or missing: $names"
     [[ -s $out/logs.tar.gz && -s $out/summary.txt ]] || fail "logs or table missing"
     # The CPU stand-in runs the same binary as the CPU reference: the losses agree exactly.
@@ -153,6 +153,7 @@ case "$case_name" in
       "the seed stage compared the losses"
     expect_grep 'bench +SKIP .*native [0-9.]+ samples/s' "$out/summary.txt" "the benchmark figure"
     expect_grep 'allreduce +SKIP .*cpu_x2 [0-9.]+ us' "$out/summary.txt" "the all-reduce figure"
+    expect_grep 'kernels +SKIP +0 +no (GPU|ncu)' "$out/summary.txt" "the per-kernel stage needs a GPU"
     expect_grep 'nccl_all_gpus +SKIP .*done: 5 steps' "$out/summary.txt" "the NCCL stage's stand-in"
     expect_grep '"samples_per_s_native":[0-9.]+' "$out/summary.json" "figures in the JSON"
     ;;
