@@ -4,11 +4,12 @@
 //
 // Where the fused kernels run the same float arithmetic as a kernel the GPU already has, the test
 // asks for the same bits, which no tolerance can hide a dropped term behind:
-// - dense_forward_batch_norm's y: the GPU's own dense_forward (the same tiled GEMM loop);
 // - dense_block_softmax_cross_entropy's head gradients and metrics: the GPU's unfused head
 //   (dense_softmax_cross_entropy) on the block's output computed by the CPU chain (the fused
 //   kernel computes it with the CPU's rounding, dense_block_terms.cuh); its dbn: the CPU's
 //   dropout_backward and relu_backward of that unfused head's dx;
+// - dense_forward_batch_norm's y: the GPU's dense_forward bit for bit where `in` is too small to
+//   split (<= 128), else the same bits on a second run, and the CPU's within the GEMM's tolerance;
 // - dense_backward_batch_norm's dx: the GPU's dense_backward of the CPU chain's
 //   batch_norm_backward_apply (the staged apply rounds as the CPU does, conv_block_gradient.cuh);
 //   its dweight likewise where the batch is too small to split the weights' sums (n <= 64), and
@@ -123,11 +124,26 @@ TEST_CASE("dense_forward_batch_norm: the dense layer's tiles take and finalize t
         CHECK(counts.copies == 0);
         CHECK(counts.host_syncs == 0);
 
-        // y: the GPU's own dense_forward, bit for bit; the CPU's within the GEMM's tolerance.
-        auto y_plain = poisoned(g, v);
-        g.dense_forward(n, s.in, s.out, x.g(), w.g(), bg, y_plain.g());
+        // y: the GPU's own dense_forward, bit for bit, where the inputs are too few to split
+        // (in <= 128); split (the sums over `in` added in split order), the same bits on a
+        // second run. The CPU's within the GEMM's tolerance either way.
         const std::vector<float> gpu_y = download(g, y.gpu);
-        check_same_bits(download(g, y_plain.gpu), gpu_y, "y against dense_forward");
+        if (s.in <= 128) {
+          auto y_plain = poisoned(g, v);
+          g.dense_forward(n, s.in, s.out, x.g(), w.g(), bg, y_plain.g());
+          check_same_bits(download(g, y_plain.gpu), gpu_y, "y against dense_forward");
+        } else {
+          auto y_again = poisoned(g, v);
+          auto m_again = poisoned(g, s.out), is_again = poisoned(g, s.out);
+          auto rm_again = upload(g, rm0), rv_again = upload(g, rv0);
+          g.dense_forward_batch_norm(
+              n, s.in, s.out, x.g(), w.g(), bg, y_again.g(),
+              BatchNormFinalize{static_cast<double>(n), kEpsilon, kDecay, m_again.g(), is_again.g(),
+                                rm_again.g(), rv_again.g()},
+              ws_gpu.data());
+          check_same_bits(gpu_y, download(g, y_again.gpu), "y, run twice");
+          check_same_bits(download(g, invstd.gpu), download(g, is_again.gpu), "invstd, run twice");
+        }
         expect_close(g, y, 1e-5 * (s.in + 1), 1e-5, "y against the CPU chain");
 
         // The statistics: the CPU chain's of the GPU's y (the same float terms).

@@ -766,7 +766,7 @@ class CudaBackend final : public Backend {
     // backward only for the sizes they take (the others run the base class's chains). The n * c:
     // a dense layer with a bias takes the chain in its backward.
     std::size_t floats = std::max(Backend::dense_tail_workspace_floats(n, in, c, k),
-                                  cuda::dense_forward_batch_norm_workspace_floats(n, c));
+                                  cuda::dense_forward_batch_norm_workspace_floats(n, in, c));
     if (c <= cuda::kDenseBatchNormFeatures)
       floats = std::max(floats, cuda::dense_backward_batch_norm_workspace_floats(n, in, c));
     if (fuses_dense_tail(c, k)) {

@@ -74,6 +74,36 @@ __global__ void __launch_bounds__(kGemmThreads)
   gemm_tile(out, in, 0, n, blockIdx.y, blockIdx.x, load_a, load_b, store);
 }
 
+// A GEMM split over k (split-K, deterministic): block `split` of a tile writes its micro-tiles'
+// sums into its slot of tile_slots ([splits][64 * 64] floats); the tile's last block to arrive
+// (launch.cuh, on `counter`, which it leaves at 0) gets the slots added in split order in acc and
+// returns true. The order is fixed, so the bits repeat from run to run.
+__device__ __forceinline__ bool add_split_sums(float (&acc)[4][4], float* tile_slots, int split,
+                                               int splits, unsigned* counter) {
+  constexpr int kTileFloats = kTileM * kTileN;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      tile_slots[static_cast<std::size_t>(split) * kTileFloats + (ty + 16 * i) * kTileN + tx +
+                 16 * j] = acc[i][j];
+  if (!arrive_last(counter, dense_last_block, static_cast<unsigned>(splits))) return false;
+  const volatile float* all = tile_slots;  // written by other blocks: not from a stale cache line
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int at = (ty + 16 * i) * kTileN + tx + 16 * j;
+      float sum = 0.0f;
+      for (int s = 0; s < splits; ++s) sum += all[static_cast<std::size_t>(s) * kTileFloats + at];
+      acc[i][j] = sum;
+    }
+  }
+  depart_last(counter);
+  return true;
+}
+
 // Blocks [0, weight_tiles * splits) are dense_backward_weights_kernel's tiles (row-major over its
 // grid of ceil(in/64) columns), `splits` blocks per tile, the rest dense_backward_data_kernel's
 // (over ceil(in/64) columns too).
@@ -113,29 +143,18 @@ __global__ void __launch_bounds__(kGemmThreads)
     float acc[4][4];
     const int k_begin = split * split_rows, k_end = min(n, k_begin + split_rows);
     gemm_accumulate(out, in, k_begin, k_end, tile_m, tile_n, load_a, load_b, acc);
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     constexpr int kTileFloats = kTileM * kTileN;
     float* slots = partial + static_cast<std::size_t>(tile) * splits * kTileFloats;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        slots[static_cast<std::size_t>(split) * kTileFloats + (ty + 16 * i) * kTileN + tx +
-              16 * j] = acc[i][j];
-    if (!arrive_last(counters + tile, dense_last_block, static_cast<unsigned>(splits))) return;
-    const volatile float* all = slots;  // written by other blocks: not from a stale cache line
+    if (!add_split_sums(acc, slots, split, splits, counters + tile)) return;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int at = (ty + 16 * i) * kTileN + tx + 16 * j;
-        float sum = 0.0f;
-        for (int s = 0; s < splits; ++s) sum += all[static_cast<std::size_t>(s) * kTileFloats + at];
         const int o = tile_m * kTileM + ty + 16 * i, col = tile_n * kTileN + tx + 16 * j;
-        if (o < out && col < in) dweight[static_cast<std::size_t>(o) * in + col] = sum;
+        if (o < out && col < in) dweight[static_cast<std::size_t>(o) * in + col] = acc[i][j];
       }
     }
-    depart_last(counters + tile);
   } else {
     const int tile = block - weight_tiles * splits;
     auto load_a = [&](int row, int o) { return dy_at(row, o); };
@@ -163,16 +182,28 @@ struct BatchNormApplySource {
 };
 
 // The forward's tile, then its column sums into partial[tile_m][2 * out] (sums, then sums of
-// squares); the last block adds the rows in tile order and finalizes the batch norm.
+// squares); the last tile adds the rows in tile order and finalizes the batch norm. With
+// gridDim.z = splits > 1 the tile's k (in) is split: block z sums [z * split_k, (z + 1) *
+// split_k) into its slot of `slots` ([tiles][splits][64 * 64] floats) and the tile's last block
+// (counters[1 + tile]) adds them (add_split_sums) and runs the epilogue; the tiles are counted
+// on counters[0].
 __global__ void __launch_bounds__(kGemmThreads)
     dense_forward_batch_norm_kernel(int n, int in, int out, const float* x, const float* weight,
                                     const float* bias, float* y, BatchNormFinalize bn,
-                                    unsigned* counter, double* partial) {
+                                    unsigned* counters, double* partial, int split_k,
+                                    float* slots) {
   __shared__ double column_part[2][kGemmThreads / 16][kTileN];  // [sum, sumsq][thread row][column]
   auto load_a = [&](int row, int k) { return x[static_cast<std::size_t>(row) * in + k]; };
   auto load_b = [&](int k, int o) { return weight[static_cast<std::size_t>(o) * in + k]; };
   float acc[4][4];
-  gemm_accumulate(n, out, 0, in, blockIdx.y, blockIdx.x, load_a, load_b, acc);
+  const int splits = static_cast<int>(gridDim.z), split = static_cast<int>(blockIdx.z);
+  const int k_begin = split * split_k, k_end = min(in, k_begin + split_k);
+  gemm_accumulate(n, out, k_begin, k_end, blockIdx.y, blockIdx.x, load_a, load_b, acc);
+  if (splits > 1) {
+    const int tile = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
+    float* tile_slots = slots + static_cast<std::size_t>(tile) * splits * kTileM * kTileN;
+    if (!add_split_sums(acc, tile_slots, split, splits, counters + 1 + tile)) return;
+  }
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
 #pragma unroll
@@ -206,7 +237,7 @@ __global__ void __launch_bounds__(kGemmThreads)
       row[out + o] = ss;
     }
   }
-  if (!arrive_last(counter, dense_last_block)) return;
+  if (!arrive_last(counters, dense_last_block, gridDim.x * gridDim.y)) return;
   const volatile double* all = partial;  // written by other blocks: not from a stale cache line
   for (int o = threadIdx.x; o < out; o += blockDim.x) {
     double s = 0.0, ss = 0.0;
@@ -220,7 +251,7 @@ __global__ void __launch_bounds__(kGemmThreads)
                                 bn.epsilon, bn.decay, bn.mean[o], bn.invstd[o], bn.running_mean[o],
                                 bn.running_var[o]);
   }
-  depart_last(counter);
+  depart_last(counters);
 }
 
 struct ColumnValue {
@@ -284,14 +315,52 @@ void dense_backward(cudaStream_t stream, int n, int in, int out, const float* x,
   if (dbias) dense_backward_bias(stream, n, out, dy, dbias, scratch);
 }
 
-std::size_t dense_forward_batch_norm_workspace_floats(int n, int out) {
-  const std::size_t row_tiles = static_cast<std::size_t>(ceil_div(std::max(n, 1), kTileM));
-  return 2 * row_tiles * 2 * static_cast<std::size_t>(out);  // doubles: sum and sumsq per tile row
+namespace {
+
+// How dense_forward_batch_norm splits its k (in): enough blocks to fill an H200 (132 SMs, ~4
+// blocks each) where the tiles alone are few (588 -> 100 at batch 1024: 32 tiles of 37 k-steps,
+// 67 us measured on an H200), each split at least kMinSplitK inputs (8 k-steps), a counter per
+// tile besides the tiles' own. A function of the shape alone: the same bits every run.
+constexpr int kMinSplitK = 128, kForwardBlocksWanted = 512, kMaxForwardSplits = 16;
+struct ForwardSplit {
+  int splits = 1, k = 0;
+};
+ForwardSplit forward_split(int row_tiles, int in, int out) {
+  const int tiles = row_tiles * static_cast<int>(gemm_grid(1, out).x);
+  ForwardSplit f;
+  f.k = std::max(in, 1);
+  if (1 + tiles > kBlockCounters || in <= kMinSplitK) return f;
+  const int wanted = std::min(
+      {ceil_div(in, kMinSplitK), std::max(1, kForwardBlocksWanted / tiles), kMaxForwardSplits});
+  f.k = ceil_div(ceil_div(in, wanted), kTileK) * kTileK;  // whole k-steps
+  f.splits = ceil_div(in, f.k);                           // no empty split
+  return f;
+}
+int row_tiles_of(int n) {
+  return ceil_div(std::max(n, 1), kTileM);
+}
+std::size_t forward_partial_floats(int n, int out) {
+  return 2 * static_cast<std::size_t>(row_tiles_of(n)) * 2 * static_cast<std::size_t>(out);
+}
+
+}  // namespace
+
+std::size_t dense_forward_batch_norm_workspace_floats(int n, int in, int out) {
+  // The tiles' statistics (doubles), then the largest split's slots of any batch up to n (fewer
+  // rows can split more ways).
+  std::size_t slots = 0;
+  for (int r = 1; r <= row_tiles_of(n); ++r) {
+    const ForwardSplit f = forward_split(r, in, out);
+    if (f.splits > 1)
+      slots = std::max(
+          slots, static_cast<std::size_t>(r) * gemm_grid(1, out).x * f.splits * kTileM * kTileN);
+  }
+  return forward_partial_floats(n, out) + slots;
 }
 
 void dense_forward_batch_norm(cudaStream_t stream, int n, int in, int out, const float* x,
                               const float* weight, const float* bias, float* y,
-                              const BatchNormFinalize& bn, float* workspace, unsigned* counter) {
+                              const BatchNormFinalize& bn, float* workspace, unsigned* counters) {
   MNIST_CHECK(
       n >= 1 && in >= 1 && out >= 1 && bn.mean && bn.invstd && bn.running_mean && bn.running_var,
       "dense_forward_batch_norm needs n, in, out >= 1 (got {}, {}, {}) and the batch "
@@ -300,11 +369,14 @@ void dense_forward_batch_norm(cudaStream_t stream, int n, int in, int out, const
   MNIST_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0,
               "dense_forward_batch_norm: workspace {} is not {}-byte aligned (it holds doubles)",
               static_cast<const void*>(workspace), alignof(double));
-  const dim3 grid = gemm_grid(n, out);
+  const ForwardSplit split = forward_split(row_tiles_of(n), in, out);
+  const dim3 grid = gemm_grid(n, out, split.splits);
   MNIST_CHECK(static_cast<long long>(grid.x) * grid.y <= UINT_MAX,
               "dense_forward_batch_norm: {} x {} tiles overflow the block counter", grid.x, grid.y);
+  // The slots follow the statistics' doubles (an even number of floats: 8-byte aligned).
   MNIST_LAUNCH(dense_forward_batch_norm_kernel, grid, kGemmThreads, 0, stream)
-  (n, in, out, x, weight, bias, y, bn, counter, reinterpret_cast<double*>(workspace));
+  (n, in, out, x, weight, bias, y, bn, counters, reinterpret_cast<double*>(workspace), split.k,
+   workspace + forward_partial_floats(n, out));
   MNIST_CUDA_LAUNCH_CHECK(stream, "dense_forward_batch_norm_kernel");
 }
 
@@ -317,6 +389,7 @@ namespace {
 constexpr int kMinSplitRows = 64, kSplitBlocksWanted = 512, kMaxSplits = 64;
 struct WeightSplit {
   int splits = 1, rows = 0;
+  int bound = 1;  // the most splits any batch up to n takes (splits itself can dip as n grows)
 };
 WeightSplit weight_split(int n, int in, int out) {
   const dim3 weights = gemm_grid(out, in);
@@ -328,6 +401,7 @@ WeightSplit weight_split(int n, int in, int out) {
       std::min({ceil_div(n, kMinSplitRows), std::max(1, kSplitBlocksWanted / tiles), kMaxSplits});
   w.rows = ceil_div(ceil_div(n, wanted), kTileK) * kTileK;  // whole k-steps
   w.splits = ceil_div(n, w.rows);                           // no empty split
+  w.bound = wanted;                                         // never decreases with n
   return w;
 }
 
@@ -335,9 +409,9 @@ WeightSplit weight_split(int n, int in, int out) {
 
 std::size_t dense_backward_batch_norm_workspace_floats(int n, int in, int out) {
   const WeightSplit w = weight_split(n, in, out);
-  if (w.splits == 1) return 0;
+  if (w.bound == 1) return 0;
   const dim3 weights = gemm_grid(out, in);
-  return static_cast<std::size_t>(weights.x) * weights.y * w.splits * kTileM * kTileN;
+  return static_cast<std::size_t>(weights.x) * weights.y * w.bound * kTileM * kTileN;
 }
 
 void dense_backward_batch_norm(cudaStream_t stream, int n, int in, int out, const float* x,

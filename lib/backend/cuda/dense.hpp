@@ -32,14 +32,15 @@ void dense_backward_bias(cudaStream_t stream, int n, int out, const float* dy, f
 // each. The largest dense output whose batch norm's backward apply dense_backward_batch_norm
 // computes as it stages dy (its features' terms sit in a shared-memory table).
 constexpr int kDenseBatchNormFeatures = 128;
-// Floats of workspace dense_forward_batch_norm needs (doubles, 8-byte aligned); never decreases
-// with n.
-std::size_t dense_forward_batch_norm_workspace_floats(int n, int out);
+// Floats of workspace dense_forward_batch_norm needs (8-byte aligned); never decreases with n.
+std::size_t dense_forward_batch_norm_workspace_floats(int n, int in, int out);
 // dense_forward, then the batch norm's statistics of y [n, out] (hw = 1) finalized with bn in the
-// last block. counter: the stream's block counter (launch.cuh, arrive_last).
+// last block; where the tiles are few, each tile's k is split over several blocks (added in a
+// fixed order). counters: the stream's block counters (launch.cuh, arrive_last), one per tile
+// and one for the tiles.
 void dense_forward_batch_norm(cudaStream_t stream, int n, int in, int out, const float* x,
                               const float* weight, const float* bias, float* y,
-                              const BatchNormFinalize& bn, float* workspace, unsigned* counter);
+                              const BatchNormFinalize& bn, float* workspace, unsigned* counters);
 // Floats of workspace dense_backward_batch_norm needs (0 where it does not split the weights'
 // sums over the batch); never decreases with n.
 std::size_t dense_backward_batch_norm_workspace_floats(int n, int in, int out);
