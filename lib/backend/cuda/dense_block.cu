@@ -25,7 +25,9 @@
 // float once: they differ from the CPU's by at most an ulp or two of the float result (and are
 // usually equal: the sums of x are exact in double for most data).
 //
-// Performance model (an ESTIMATE, no GPU has run this code): the seed network at batch 1024 on an
+// Performance model (an ESTIMATE made before any GPU ran this code; its tests pass on an H200, its
+// speed is unmeasured there: the seed's training step takes the dense tail instead, dense.cu and
+// dense_head.cu): the seed network at batch 1024 on an
 // H200, c = 100: 13 blocks of 1024 threads, 8 samples per thread per pass; x (400 KB) was just
 // written by the dense layer and sits in the 50 MB L2. Each pass is latency-bound (13 SMs, 8
 // dependent rounds of loads per thread at ~0.5 us of L2 latency, partly overlapped by unrolling):

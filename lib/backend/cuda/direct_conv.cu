@@ -40,8 +40,11 @@
 // launch of the project slower. The host planners (plan_correlation, plan_weights) shrink tiles
 // until they fit.
 //
-// Performance model on one H200 (FP32 67 TFLOP/s, HBM 4.8 TB/s), seed network at batch 1024. An
-// ESTIMATE from the code, not measured (no GPU was available while this was written): time is
+// Measured on an H200 (ncu, fused engine, batch 1024; docs/gpu_speed.md): conv1 forward 38 us,
+// conv2 forward 56 us, conv2 backward (weights and data, one grid) 177 us, conv1 backward 82 us:
+// about three times the model below, which assumed 40-50% of FP32 peak; ncu shows 31-50%
+// theoretical occupancy (64-79 registers a thread) and 35-50% of the SMs' throughput.
+// The model made before any GPU ran this (FP32 67 TFLOP/s, HBM 4.8 TB/s), an ESTIMATE: time is
 // max(bytes / 4.8 TB/s, FLOPs / (67 TFLOP/s * efficiency)) with an assumed efficiency of 50% for
 // the correlations (about one shared-memory load per 5-6 FMAs, 77-88% of lanes holding a pixel)
 // and 40% for backward_weights (its window shifts and row tails), plus ~2 us for the sums of its
