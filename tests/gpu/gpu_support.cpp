@@ -118,6 +118,11 @@ void expect_close(mnist::Backend& gpu_backend, const Twin<float>& out, double at
   CHECK(bad.empty());
 }
 
+void check_same_bits(mnist::Backend& gpu_backend, const Twin<float>& out, const std::string& what) {
+  expect_close(gpu_backend, out, 0.0, 0.0, what);  // reports the worst elements
+  CHECK(same_bits(download(cpu(), out.cpu), download(gpu_backend, out.gpu)));  // and signed zeros
+}
+
 void expect_equal(mnist::Backend& gpu_backend, const Twin<int32_t>& out, const std::string& what) {
   const std::vector<int32_t> want = download(cpu(), out.cpu);
   const std::vector<int32_t> got = download(gpu_backend, out.gpu);

@@ -27,6 +27,14 @@ mnist::Backend& gpu(const std::string& engine = "native");
 std::vector<std::string> engines();  // cuda_engines(): native, cublas, cudnn (with cuDNN), fused
 void release_backends();
 
+// What `call` launched and copied on `backend`: the difference of two readings of its counts.
+template <class Call>
+mnist::LaunchCounts counted(mnist::Backend& backend, Call&& call) {
+  const mnist::LaunchCounts before = backend.counts();
+  call();
+  return backend.counts() - before;
+}
+
 std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo, float hi);
 std::vector<int32_t> random_ints(std::size_t n, uint32_t seed, int lo, int hi);  // [lo, hi]
 
@@ -74,6 +82,9 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 void expect_close(mnist::Backend& gpu_backend, const Twin<float>& out, double atol, double rtol,
                   const std::string& what);
 void expect_equal(mnist::Backend& gpu_backend, const Twin<int32_t>& out, const std::string& what);
+// CHECKs that the GPU's output is the CPU's bit for bit (signed zeros and NaNs too), reporting the
+// worst elements as expect_close does where it is not.
+void check_same_bits(mnist::Backend& gpu_backend, const Twin<float>& out, const std::string& what);
 
 // What a replica of a network leaves on the host after one training pass (forward_train +
 // backward of 7 samples, step 3) and an evaluation forward: its metrics, every parameter gradient,

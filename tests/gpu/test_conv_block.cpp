@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -51,17 +50,6 @@ std::vector<float> halves(std::size_t n, uint32_t seed, int lo, int hi) {
 // A mask buffer on both sides, every byte 0xff (no valid mask has bits above 2).
 Twin<uint8_t> poisoned_mask(Backend& g, std::size_t n) {
   return upload(g, std::vector<uint8_t>(n, 0xff));
-}
-
-void check_same_bits(Backend& g, const Twin<float>& out, const std::string& what) {
-  expect_close(g, out, 0.0, 0.0, what);                              // reports the worst elements
-  CHECK(same_bits(download(cpu(), out.cpu), download(g, out.gpu)));  // and signed zeros
-}
-
-mnist::LaunchCounts counted(Backend& be, const std::function<void()>& call) {
-  const mnist::LaunchCounts before = be.counts();
-  call();
-  return be.counts() - before;
 }
 
 }  // namespace

@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -38,17 +37,6 @@ using mnist::StepScalars;
 namespace {
 
 constexpr float kEpsilon = 1e-3f, kDecay = 0.9f;
-
-mnist::LaunchCounts counted(Backend& be, const std::function<void()>& call) {
-  const mnist::LaunchCounts before = be.counts();
-  call();
-  return be.counts() - before;
-}
-
-void check_same_bits(Backend& g, const Twin<float>& out, const std::string& what) {
-  expect_close(g, out, 0.0, 0.0, what);                              // reports the worst elements
-  CHECK(same_bits(download(cpu(), out.cpu), download(g, out.gpu)));  // and signed zeros
-}
 
 // A statistic or a parameter gradient: see the tolerances above.
 void check_sum(Backend& g, const Twin<float>& out, int n, const std::string& what) {

@@ -45,12 +45,6 @@ namespace {
 
 constexpr float kEpsilon = 1e-3f, kDecay = 0.9f;
 
-mnist::LaunchCounts counted(Backend& be, const std::function<void()>& call) {
-  const mnist::LaunchCounts before = be.counts();
-  call();
-  return be.counts() - before;
-}
-
 void check_same_bits(const std::vector<float>& want, const std::vector<float>& got,
                      const std::string& what) {
   INFO(what);

@@ -42,14 +42,6 @@ LaunchCounts counts(uint64_t kernels, uint64_t library_calls, uint64_t copies,
   return LaunchCounts{kernels, library_calls, copies, host_syncs, 0};
 }
 
-// Counts of `call` on `be`: the difference of two readings.
-template <class Call>
-LaunchCounts counted(Backend& be, Call&& call) {
-  const LaunchCounts before = be.counts();
-  call();
-  return be.counts() - before;
-}
-
 // One eager training step of the seed network on the native engine (gather, metric reset,
 // forward, loss, backward, Adam), as measured by this test when the counting was written; it
 // agreed with the 52 kernels and 4 copies that issue 16's model of the CUDA path counted by hand
