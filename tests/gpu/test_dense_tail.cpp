@@ -359,22 +359,19 @@ TEST_CASE(
           auto gamma = upload(g, random_floats(s.out, seed + 6, 0.5f, 1.5f));
           auto sums = upload(g, random_floats(s.out, seed + 7, -2.0f, 2.0f));
           auto sums_x = upload(g, random_floats(s.out, seed + 8, -2.0f, 2.0f));
-          BatchNormGradient bc{dbn.c(),
-                               z.c(),
-                               mean.c(),
-                               invstd.c(),
-                               with_gamma ? gamma.c() : nullptr,
-                               sums.c(),
-                               sums_x.c(),
-                               static_cast<double>(n)};
-          BatchNormGradient bg{dbn.g(),
-                               z.g(),
-                               mean.g(),
-                               invstd.g(),
-                               with_gamma ? gamma.g() : nullptr,
-                               sums.g(),
-                               sums_x.g(),
-                               static_cast<double>(n)};
+          // The same gradient on either side: `at` picks a twin's CPU or GPU pointer.
+          const auto gradient = [&](auto at) {
+            return BatchNormGradient{at(dbn),
+                                     at(z),
+                                     at(mean),
+                                     at(invstd),
+                                     with_gamma ? at(gamma) : nullptr,
+                                     at(sums),
+                                     at(sums_x),
+                                     static_cast<double>(n)};
+          };
+          const BatchNormGradient bc = gradient([](auto& t) { return t.c(); });
+          const BatchNormGradient bg = gradient([](auto& t) { return t.g(); });
           auto dw = poisoned(g, static_cast<std::size_t>(s.out) * s.in);
           auto dx = poisoned(g, static_cast<std::size_t>(n) * s.in);
           auto ws_cpu = workspace(cpu(), n, s.in, s.out, 10);
