@@ -37,6 +37,7 @@ TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fus
       {100, 10, kSizes},           // the seed network's head
       {37, 3, {1, 7, 33, 257}},    // odd sizes: lanes without inputs
       {128, 16, {1, 7, 33, 257}},  // the largest the fused kernel takes
+      {64, 11, {7, 33}},           // one class past the kernel compiled for 10: the wider one
       {1, 1, {1, 7}},              // one input, one class
       {200, 10, {7, 33}},          // too wide for the fused kernel: the chain on the GPU
   };

@@ -111,21 +111,41 @@ __global__ void __launch_bounds__(kThreads)
   const std::size_t count = static_cast<std::size_t>(g.n) * out_plane;
   const double m = mean[ch];
   double s = 0.0, sx = 0.0;
-  for (std::size_t j = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; j < count;
-       j += static_cast<std::size_t>(chunks) * kThreads) {
-    // j counts (sample, oy, ox) of this channel: its "plane" is the sample, the window's plane
-    // in the buffers is sample * c + ch.
-    const Window win = window_at(j, out_plane, g.out_w);
-    const std::size_t plane = win.plane * g.c + ch;
-    const std::size_t o = plane * out_plane + (j - win.plane * out_plane);
-    const uint8_t mk = mask[o];
-    // As the CPU twin: a stopped gradient adds 0 (and 0 * (x - mean), so an infinite or NaN
-    // winner shows in the sum there too).
-    const double d = (mk & kPassedRelu) ? static_cast<double>(dy[o]) : 0.0;
-    const int wy = 2 * win.oy + ((mk >> 1) & 1), wx = 2 * win.ox + (mk & 1);
-    const double xv = x[plane * in_plane + static_cast<std::size_t>(wy) * g.w + wx];
-    s += d;
-    sx += d * (xv - m);
+  // j counts (sample, oy, ox) of this channel: its "plane" is the sample, the window's plane in
+  // the buffers is sample * c + ch. A thread takes j = first, first + step, ... and adds them in
+  // that order, kBatch at a time: the batch's mask and dy loads go out together, then its x loads
+  // (whose addresses need the masks), then the adds in j order. (One j at a time, the two
+  // dependent loads of each window set the kernel's time: ~56% of its stall samples on an H200.)
+  constexpr int kBatch = 4;
+  const std::size_t step = static_cast<std::size_t>(chunks) * kThreads;
+  for (std::size_t first = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x;
+       first < count; first += kBatch * step) {
+    uint8_t mk[kBatch];
+    float dyv[kBatch];
+    std::size_t window[kBatch];  // the window's top-left element in x
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const std::size_t j = first + u * step < count ? first + u * step : first;
+      const Window win = window_at(j, out_plane, g.out_w);
+      const std::size_t plane = win.plane * g.c + ch;
+      const std::size_t o = plane * out_plane + (j - win.plane * out_plane);
+      mk[u] = mask[o];
+      dyv[u] = dy[o];
+      window[u] = plane * in_plane + static_cast<std::size_t>(2 * win.oy) * g.w + 2 * win.ox;
+    }
+    float xv[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      xv[u] = x[window[u] + static_cast<std::size_t>((mk[u] >> 1) & 1) * g.w + (mk[u] & 1)];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (first + u * step >= count) break;
+      // As the CPU twin: a stopped gradient adds 0 (and 0 * (x - mean), so an infinite or NaN
+      // winner shows in the sum there too).
+      const double d = (mk[u] & kPassedRelu) ? static_cast<double>(dyv[u]) : 0.0;
+      s += d;
+      sx += d * (static_cast<double>(xv[u]) - m);
+    }
   }
   s = block_sum(s, shared);
   sx = block_sum(sx, shared);

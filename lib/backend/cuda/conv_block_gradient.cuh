@@ -65,19 +65,23 @@ struct BlockGradientSource {
     terms = table;
     __syncthreads();
   }
+  // Branch-free, so that a caller's batch of elements has all its loads in flight together: the
+  // window's mask and gradient are read even where the element gets none (at a clamped window for
+  // a dropped odd row or column), then selected.
   __device__ float operator()(int sample, int ch, int y, int x, std::size_t offset) const {
     const int py = y >> 1, px = x >> 1;
-    float d = 0.0f;
-    if (py < b.pool.out_h && px < b.pool.out_w) {  // else a dropped odd row or column
-      const std::size_t o =
-          ((static_cast<std::size_t>(sample) * b.pool.c + ch) * b.pool.out_h + py) * b.pool.out_w +
-          px;
-      const uint8_t mk = b.mask[o];
-      const int position = ((y & 1) << 1) | (x & 1);
-      if ((mk & cpu::native::kPassedRelu) && (mk & cpu::native::kWinnerMask) == position)
-        d = b.dy[o];
-    }
-    return apply_value(d, b.conv_out[offset], terms[ch]);
+    const bool pooled = py < b.pool.out_h && px < b.pool.out_w;  // else a dropped odd row/column
+    const std::size_t o = ((static_cast<std::size_t>(sample) * b.pool.c + ch) * b.pool.out_h +
+                           min(py, b.pool.out_h - 1)) *
+                              b.pool.out_w +
+                          min(px, b.pool.out_w - 1);
+    const uint8_t mk = b.mask[o];
+    const float g = b.dy[o];
+    const float v = b.conv_out[offset];
+    const int position = ((y & 1) << 1) | (x & 1);
+    const bool routed =
+        pooled && (mk & cpu::native::kPassedRelu) && (mk & cpu::native::kWinnerMask) == position;
+    return apply_value(routed ? g : 0.0f, v, terms[ch]);
   }
 };
 

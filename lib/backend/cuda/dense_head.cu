@@ -36,6 +36,12 @@ namespace mnist::cuda {
 namespace {
 
 constexpr int kMaxClasses = 16, kMaxIn = 128, kPerLane = kMaxIn / 32;
+// The kernel is compiled for at most KC classes: its per-class loops unroll over KC and are
+// predicated past k, so a bound of 16 runs the instructions of 16 classes for MNIST's 10. A head
+// of at most kClassesCommon classes (every MNIST-format dataset) runs the kernel compiled for
+// that many; larger ones, up to kMaxClasses, the other. One row's instructions set the kernel's
+// time (a warp's rows follow one another, and ~2 warps per scheduler cannot hide their latency).
+constexpr int kClassesCommon = 10;
 constexpr int kHeadWarps = 8, kHeadThreads = 32 * kHeadWarps;
 constexpr int kRowsPerBlock = 4 * kHeadWarps;
 // Fixed, not read from the device, so the summation order is the same on every GPU.
@@ -62,6 +68,7 @@ __host__ __device__ inline int partial_row(int in, int k, bool block) {
   return k * in + k + 2 + (block ? 2 * in : 0);
 }
 
+template <int KC>
 __global__ void __launch_bounds__(kHeadThreads)
     dense_softmax_cross_entropy_kernel(int n, int in, int k, const float* x, const float* weight,
                                        const float* bias, const int32_t* labels, float grad_scale,
@@ -85,8 +92,8 @@ __global__ void __launch_bounds__(kHeadThreads)
   const uint32_t step = blk.on ? dropout_step(blk.drop) : 0u;
   __syncthreads();
 
-  float acc_w[kPerLane][kMaxClasses] = {};
-  float acc_b[kMaxClasses] = {};
+  float acc_w[kPerLane][KC] = {};
+  float acc_b[KC] = {};
   double acc_dy[kPerLane] = {}, acc_dy_x[kPerLane] = {};  // with a block: its sums, per input
   float loss_sum = 0.0f, correct = 0.0f;
   for (int row = blockIdx.x * kHeadWarps + warp; row < n; row += gridDim.x * kHeadWarps) {
@@ -97,9 +104,9 @@ __global__ void __launch_bounds__(kHeadThreads)
       in_v[m] = i < in ? x[static_cast<std::size_t>(row) * in + i] : 0.0f;
       xv[m] = blk.on && i < in ? block_output(blk.drop, step, row, i, in_v[m], affine[i]) : in_v[m];
     }
-    float z[kMaxClasses];
+    float z[KC];
 #pragma unroll
-    for (int j = 0; j < kMaxClasses; ++j) {
+    for (int j = 0; j < KC; ++j) {
       z[j] = 0.0f;
       if (j < k) {  // the same for every lane: the shuffles below see the whole warp
         float part = 0.0f;
@@ -117,7 +124,7 @@ __global__ void __launch_bounds__(kHeadThreads)
     float best = z[0];
     int best_index = 0;
 #pragma unroll
-    for (int j = 1; j < kMaxClasses; ++j) {
+    for (int j = 1; j < KC; ++j) {
       if (j < k && z[j] > best) {  // strict: ties keep the lowest index
         best = z[j];
         best_index = j;
@@ -125,20 +132,20 @@ __global__ void __launch_bounds__(kHeadThreads)
     }
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kMaxClasses; ++j)
+    for (int j = 0; j < KC; ++j)
       if (j < k) sum += expf(z[j] - best);
     const int label = labels[row];
     float label_logit = NAN;
 #pragma unroll
-    for (int j = 0; j < kMaxClasses; ++j)
+    for (int j = 0; j < KC; ++j)
       if (j < k && j == label) label_logit = z[j];
     if (lane == 0) {
       loss_sum += logf(sum) - (label_logit - best);  // NaN for a label outside [0, k)
       correct += best_index == label ? 1.0f : 0.0f;
     }
-    float d[kMaxClasses];
+    float d[KC];
 #pragma unroll
-    for (int j = 0; j < kMaxClasses; ++j)
+    for (int j = 0; j < KC; ++j)
       d[j] = j < k ? (expf(z[j] - best) / sum - (j == label ? 1.0f : 0.0f)) * grad_scale : 0.0f;
 #pragma unroll
     for (int m = 0; m < kPerLane; ++m) {
@@ -147,7 +154,7 @@ __global__ void __launch_bounds__(kHeadThreads)
       if (dx || blk.on) {
         float s = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kMaxClasses; ++j)
+        for (int j = 0; j < KC; ++j)
           if (j < k) s = fmaf(d[j], w_s[j * in + i], s);
         if (blk.on) {
           // The gradient that reaches the batch norm, and its sums as dense_block_backward's.
@@ -161,10 +168,10 @@ __global__ void __launch_bounds__(kHeadThreads)
         }
       }
 #pragma unroll
-      for (int j = 0; j < kMaxClasses; ++j) acc_w[m][j] = fmaf(d[j], xv[m], acc_w[m][j]);
+      for (int j = 0; j < KC; ++j) acc_w[m][j] = fmaf(d[j], xv[m], acc_w[m][j]);
     }
 #pragma unroll
-    for (int j = 0; j < kMaxClasses; ++j) acc_b[j] += d[j];
+    for (int j = 0; j < KC; ++j) acc_b[j] += d[j];
   }
 
   if (lane == 0) {
@@ -179,7 +186,7 @@ __global__ void __launch_bounds__(kHeadThreads)
         const int i = lane + 32 * m;
         if (i >= in) continue;
 #pragma unroll
-        for (int j = 0; j < kMaxClasses; ++j) {
+        for (int j = 0; j < KC; ++j) {
           if (j >= k) continue;
           float& s = sums[j * in + i];
           s = (w == 0 ? 0.0f : s) + acc_w[m][j];
@@ -187,7 +194,7 @@ __global__ void __launch_bounds__(kHeadThreads)
       }
       if (lane == 0) {
 #pragma unroll
-        for (int j = 0; j < kMaxClasses; ++j) {
+        for (int j = 0; j < KC; ++j) {
           if (j >= k) continue;
           float& s = sums[weights + j];
           s = (w == 0 ? 0.0f : s) + acc_b[j];
@@ -284,9 +291,17 @@ void launch_head(cudaStream_t stream, const char* op, int n, int in, int k, cons
               "{}: workspace {} is not {}-byte aligned (it holds doubles)", op,
               static_cast<const void*>(workspace), alignof(double));
   double* partial = reinterpret_cast<double*>(workspace);
-  MNIST_LAUNCH(dense_softmax_cross_entropy_kernel, head_blocks(n), kHeadThreads, 0, stream)
-  (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, blk, counter,
-   partial);
+  if (k <= kClassesCommon) {
+    MNIST_LAUNCH(dense_softmax_cross_entropy_kernel<kClassesCommon>, head_blocks(n), kHeadThreads,
+                 0, stream)
+    (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, blk, counter,
+     partial);
+  } else {
+    MNIST_LAUNCH(dense_softmax_cross_entropy_kernel<kMaxClasses>, head_blocks(n), kHeadThreads, 0,
+                 stream)
+    (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, blk, counter,
+     partial);
+  }
   MNIST_CUDA_LAUNCH_CHECK(stream, "dense_softmax_cross_entropy_kernel");
 }
 }  // namespace

@@ -138,6 +138,35 @@ __device__ __forceinline__ void load_row(const float* src, float (&out)[N]) {
   }
 }
 
+// dst[0..valid) = run[0..valid), valid <= N: as 16- or 8-byte stores when the whole run is valid
+// and dst is aligned for them, else one float at a time. (A thread writes P adjacent output
+// pixels: scalar stores, P floats apart across a warp, used 8 bytes of each 32-byte sector they
+// wrote in conv1's forward on an H200, Nsight Compute.)
+template <int N>
+__device__ __forceinline__ void store_run(float* dst, const float (&run)[N], int valid) {
+  const auto address = reinterpret_cast<std::uintptr_t>(dst);
+  if constexpr (N % 4 == 0) {
+    if (valid == N && address % 16 == 0) {
+#pragma unroll
+      for (int i = 0; i < N / 4; ++i)
+        reinterpret_cast<Vec4*>(dst)[i] =
+            Vec4{run[4 * i], run[4 * i + 1], run[4 * i + 2], run[4 * i + 3]};
+      return;
+    }
+  }
+  if constexpr (N % 2 == 0) {
+    if (valid == N && address % 8 == 0) {
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i)
+        reinterpret_cast<Vec2*>(dst)[i] = Vec2{run[2 * i], run[2 * i + 1]};
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (i < valid) dst[i] = run[i];
+}
+
 // Output pixels per thread in the correlations: 4 while that keeps the accumulators (P * COUT)
 // at 24 or fewer, else 2.
 __host__ __device__ constexpr int pixels_per_thread(int cout) {
@@ -208,26 +237,66 @@ Tiling plan_weights(int c, int k, int kh, int kw, int owners, int max_parts, int
   return t;
 }
 
+// Elements per batch of stage(): each thread issues this many loads before it stores any of them.
+constexpr int kStageBatch = 4;
+
+// e / d for 0 <= e, d < 2^16 without a division: q = floor(e * ceil(2^32 / d) / 2^32) is exact
+// while e * d < 2^32. Built once per staging call (one division), used per element.
+struct SmallDivisor {
+  unsigned d = 1, m = 0;  // m = ceil(2^32 / d); d == 1 (m would be 2^32) is handled apart
+  __host__ __device__ explicit SmallDivisor(int divisor) : d(static_cast<unsigned>(divisor)) {
+    m = d > 1 ? 0xffffffffu / d + 1 : 0;
+  }
+  __host__ __device__ int div(int e) const {
+    const unsigned u = static_cast<unsigned>(e);
+    return static_cast<int>(d > 1 ? (static_cast<unsigned long long>(u) * m) >> 32 : u);
+  }
+};
+
+// Fills a tile of `total` elements: element e gets value(e) at index place(e). Thread t takes
+// e = t, t + blockDim.x, ... kStageBatch at a time, every value of a batch read before any is
+// stored: its loads are in flight together. (Nsight Compute on an H200 put 50-70% of the
+// convolution kernels' stall samples in the staging loops when each thread had one load in flight,
+// the staging, not the multiply-adds, setting their time.) value() is called for e < total only,
+// and must not branch around its loads for the batch to overlap them: the sources clamp their
+// coordinates and select, rather than test and skip.
+template <class Value, class Place>
+__device__ __forceinline__ void stage(int total, const Value& value, const Place& place,
+                                      float* dst) {
+  const int stride = static_cast<int>(blockDim.x);
+  for (int base = threadIdx.x; base < total; base += kStageBatch * stride) {
+    float v[kStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) v[u] = value(min(base + u * stride, total - 1));
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int e = base + u * stride;
+      if (e < total) dst[place(e)] = v[u];
+    }
+  }
+}
+
 // Stages in[sample, 0..CIN, y0 - pad_h .., x0 - pad_w ..] as a CIN x th x tw tile, zeros outside
-// the input plane. Warps take rows, lanes take columns: no division. `in` is a source
-// (conv_block_gradient.cuh): memory, or values computed where they are staged.
+// the input plane. `in` is a source (conv_block_gradient.cuh): memory, or values computed where
+// they are staged. Outside the plane the source is read at the nearest pixel inside and the value
+// replaced by 0 (stage()'s rule: no branch around a load).
 template <int CIN, class Source>
 __device__ __forceinline__ void stage_input_tile(const Correlation& a, int sample, int y0, int x0,
                                                  int th, int tw, const Source& in, float* tile) {
-  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int ci = 0; ci < CIN; ++ci) {
-    for (int yy = warp; yy < th; yy += warps) {
-      const int gy = y0 - a.pad_h + yy;
-      const bool row_inside = gy >= 0 && gy < a.in_h;
-      const std::size_t row =
-          row_inside ? ((static_cast<std::size_t>(sample) * CIN + ci) * a.in_h + gy) * a.in_w : 0;
-      float* dst = tile + (ci * th + yy) * tw;
-      for (int xx = lane; xx < tw; xx += 32) {
-        const int gx = x0 - a.pad_w + xx;
-        dst[xx] = row_inside && gx >= 0 && gx < a.in_w ? in(sample, ci, gy, gx, row + gx) : 0.0f;
-      }
-    }
-  }
+  const SmallDivisor by_width(tw), by_plane(th * tw);
+  auto value = [&](int e) {
+    const int ci = by_plane.div(e), rest = e - ci * th * tw;
+    const int yy = by_width.div(rest), xx = rest - yy * tw;
+    const int gy = y0 - a.pad_h + yy, gx = x0 - a.pad_w + xx;
+    const bool inside = gy >= 0 && gy < a.in_h && gx >= 0 && gx < a.in_w;
+    const int cy = min(max(gy, 0), a.in_h - 1), cx = min(max(gx, 0), a.in_w - 1);
+    const std::size_t offset =
+        ((static_cast<std::size_t>(sample) * CIN + ci) * a.in_h + cy) * a.in_w + cx;
+    const float v = in(sample, ci, cy, cx, offset);
+    return inside ? v : 0.0f;
+  };
+  stage(
+      CIN * th * tw, value, [](int e) { return e; }, tile);
 }
 
 // The input of a network's first convolution gathered from the device-resident dataset where the
@@ -318,17 +387,23 @@ __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tilin
     const std::size_t plane = static_cast<std::size_t>(a.out_h) * a.out_w;
     float* dst = out + static_cast<std::size_t>(sample) * COUT * plane +
                  static_cast<std::size_t>(oy) * a.out_w;
+    const int ox0 = x0 + sx * P, valid = min(P, a.out_w - ox0);
 #pragma unroll
     for (int q = 0; q < P; ++q) {
-      const int ox = x0 + sx * P + q;
-      if (ox >= a.out_w) break;
+      if (q >= valid) break;
 #pragma unroll
       for (int o = 0; o < COUT; ++o) {
-        const float value = acc[q][o] + (bias ? bias[o] : 0.0f);
-        dst[o * plane + ox] = value;
-        sum[o] += value;
-        sumsq[o] += value * value;
+        acc[q][o] += bias ? bias[o] : 0.0f;
+        sum[o] += acc[q][o];
+        sumsq[o] += acc[q][o] * acc[q][o];
       }
+    }
+#pragma unroll
+    for (int o = 0; o < COUT; ++o) {
+      float run[P];
+#pragma unroll
+      for (int q = 0; q < P; ++q) run[q] = acc[q][o];
+      store_run<P>(dst + o * plane + ox0, run, valid);
     }
   }
   if (!stats) return;  // the same for the whole block
@@ -399,8 +474,9 @@ __global__ void __launch_bounds__(kMaxThreads)
   x.prepare(nullptr);
   // weight[k, c, r, s] -> pool[(c, r, s)][k]
   constexpr int kTaps = S::C * S::KH * S::KW;
-  for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x)
-    pool()[(i % kTaps) * S::K + i / kTaps] = weight[i];
+  stage(
+      S::kWeights, [&](int i) { return weight[i]; },
+      [](int i) { return (i % kTaps) * S::K + i / kTaps; }, pool());
   correlate_tile<S::C, S::K, S::KH, S::KW>(a, t, x, bias, y, stats, blockIdx.x);
   if (!stats || !arrive_last(e.counter, last_block)) return;
 
@@ -431,10 +507,12 @@ __device__ __forceinline__ void backward_data_block(const Correlation& a, const 
                                                     float* dx, int block) {
   // weight[k, c, r, s] -> pool[(k, KH-1-r, KW-1-s)][c]: transposed and flipped
   constexpr int kTaps = S::KH * S::KW;
-  for (int i = threadIdx.x; i < S::kWeights; i += blockDim.x) {
+  auto place = [](int i) {
     const int s = i % S::KW, r = i / S::KW % S::KH, ci = i / kTaps % S::C, ko = i / (kTaps * S::C);
-    pool()[((ko * S::KH + S::KH - 1 - r) * S::KW + S::KW - 1 - s) * S::C + ci] = weight[i];
-  }
+    return ((ko * S::KH + S::KH - 1 - r) * S::KW + S::KW - 1 - s) * S::C + ci;
+  };
+  stage(
+      S::kWeights, [&](int i) { return weight[i]; }, place, pool());
   correlate_tile<S::K, S::C, S::KH, S::KW>(a, t, dy, nullptr, dx, nullptr, block);
 }
 
@@ -468,23 +546,25 @@ __device__ __forceinline__ void backward_weights_block(const Correlation& a, con
     const int tile_index = static_cast<int>(tile % t.tiles_per_sample);
     const int y0 = tile_index / t.tiles_x * t.rows, x0 = tile_index % t.tiles_x * t.cols;
     stage_input_tile<C>(a, sample, y0, x0, th, tw, PlainSource{x}, x_tile);
-    // dy tile, zeros past the output plane so the sums need no bounds checks. Warps take rows,
-    // lanes take columns, as in stage_input_tile.
-    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int ko = 0; ko < K; ++ko) {
-      for (int yy = warp; yy < t.rows; yy += warps) {
-        const int oy = y0 + yy;
-        const std::size_t row = oy < a.out_h
-                                    ? (static_cast<std::size_t>(sample) * K + ko) * out_plane +
-                                          static_cast<std::size_t>(oy) * a.out_w
-                                    : 0;
-        for (int xx = lane; xx < t.cols; xx += 32) {
-          const int ox = x0 + xx;
-          dy_tile[(yy * t.cols + xx) * K + ko] =
-              oy < a.out_h && ox < a.out_w ? dy(sample, ko, oy, ox, row + ox) : 0.0f;
-        }
-      }
-    }
+    // dy tile, [pixel][K]: zeros past the output plane so the sums need no bounds checks; read in
+    // dy's order (channel, row, column), the source clamped inside the plane (stage()'s rule).
+    const int tile_pixels = t.rows * t.cols;
+    const SmallDivisor by_cols(t.cols), by_pixels(tile_pixels);
+    auto dy_value = [&](int e) {
+      const int ko = by_pixels.div(e), rest = e - ko * tile_pixels;
+      const int yy = by_cols.div(rest), xx = rest - yy * t.cols;
+      const int oy = y0 + yy, ox = x0 + xx;
+      const int cy = min(oy, a.out_h - 1), cx = min(ox, a.out_w - 1);
+      const std::size_t offset = (static_cast<std::size_t>(sample) * K + ko) * out_plane +
+                                 static_cast<std::size_t>(cy) * a.out_w + cx;
+      const float v = dy(sample, ko, cy, cx, offset);
+      return oy < a.out_h && ox < a.out_w ? v : 0.0f;
+    };
+    auto dy_place = [&](int e) {
+      const int ko = by_pixels.div(e);
+      return (e - ko * tile_pixels) * K + ko;
+    };
+    stage(K * tile_pixels, dy_value, dy_place, dy_tile);
     __syncthreads();
     if (active) {
       for (int yy = part; yy < t.rows; yy += t.parts) {
@@ -897,6 +977,10 @@ void direct_conv2d_backward_block(cudaStream_t stream, const Conv2dGeom& g,
               "direct_conv2d_backward_block: the block's pooling (batch {}, {} channels, {}x{}) "
               "does not pool the convolution's output (batch {}, {} channels, {}x{})",
               pg.n, pg.c, pg.h, pg.w, g.n, g.k, g.out_h, g.out_w);
+  MNIST_CHECK(pg.out_h >= 1 && pg.out_w >= 1,
+              "direct_conv2d_backward_block: the block's pooling of {}x{} gives {}x{}: the staged "
+              "gradient reads the pooled gradient, which needs at least one pixel",
+              pg.h, pg.w, pg.out_h, pg.out_w);
   MNIST_CHECK(pg.c <= kBlockGradientChannels,
               "direct_conv2d_backward_block: {} channels; the staged gradient takes at most {}",
               pg.c, kBlockGradientChannels);
