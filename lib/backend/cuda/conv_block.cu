@@ -21,7 +21,8 @@
 // the order of double additions.
 //
 // Measured on an H200 (ncu, fused engine, batch 1024; docs/gpu_speed.md): forward 9.1 us and
-// backward reduce 19.7 us a block, the apply staged inside the convolutions' backward.
+// backward reduce 16.5 us a block (19.7 before its window loads were batched), the apply staged
+// inside the convolutions' backward.
 // Performance model made before that (an ESTIMATE from the bytes moved at ~4 TB/s): the
 // seed network at batch 1024 on an H200. Block 1 (6 x 28x28, x 19.3 MB, y 4.8 MB, mask 1.2 MB):
 // forward 25 MB ~6 us, backward_reduce ~24 MB (x read at the winners touches ~94% of its sectors)

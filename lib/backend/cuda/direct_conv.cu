@@ -40,10 +40,12 @@
 // launch of the project slower. The host planners (plan_correlation, plan_weights) shrink tiles
 // until they fit.
 //
-// Measured on an H200 (ncu, fused engine, batch 1024; docs/gpu_speed.md): conv1 forward 38 us,
-// conv2 forward 56 us, conv2 backward (weights and data, one grid) 177 us, conv1 backward 82 us:
-// about three times the model below, which assumed 40-50% of FP32 peak; ncu shows 31-50%
-// theoretical occupancy (64-79 registers a thread) and 35-50% of the SMs' throughput.
+// Measured on an H200 (ncu, fused engine, batch 1024; docs/gpu_speed.md): conv1 forward 26 us,
+// conv2 forward 49 us, conv2 backward (weights and data, one grid) 107 us, conv1 backward 61 us
+// (38, 56, 177 and 82 before staging batched its loads, stage()): still about twice the model
+// below, which assumed 40-50% of FP32 peak. ncu: 31-50% theoretical occupancy (64-80 registers a
+// thread); after the staging change, conv2's backward issues ~67 M instructions for 22.6 M warp
+// FMAs (the staging's address arithmetic and the block-gradient source's apply among them).
 // The model made before any GPU ran this (FP32 67 TFLOP/s, HBM 4.8 TB/s), an ESTIMATE: time is
 // max(bytes / 4.8 TB/s, FLOPs / (67 TFLOP/s * efficiency)) with an assumed efficiency of 50% for
 // the correlations (about one shared-memory load per 5-6 FMAs, 77-88% of lanes holding a pixel)
