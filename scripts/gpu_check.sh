@@ -24,9 +24,11 @@
 #   carry:     ["carry"]
 #   timeout_s: 420
 # The stages share a budget of $GPU_CHECK_BUDGET_S seconds (330 by default), cheapest and most
-# informative first: device query; gpu_tests; 20 steps of the seed config per engine (native, cublas,
-# cudnn, fused) against the CPU's losses; the benchmark per engine (samples/s, cuDNN's chosen
-# algorithms); the fused step's per-kernel times (Nsight Compute); the gradient all-reduce (microseconds per call); two_gpu.yaml on every GPU (NCCL) and on one shared GPU; eager
+# informative first: device query; gpu_tests; 20 steps of the seed config per engine (native,
+# cublas, cudnn, fused) against the CPU's losses; the benchmark per engine (samples/s, cuDNN's
+# chosen algorithms); the fused step's per-kernel times (Nsight Compute); where its kernels wait
+# (ncu's stall samples per instruction, scripts/ncu_stalls.py); the gradient all-reduce
+# (microseconds per call); two_gpu.yaml on every GPU (NCCL) and on one shared GPU; eager
 # PyTorch on the same network; compute-sanitizer, probed first, then memcheck of the GPU tests and
 # of a short training run, and racecheck. Each stage has a time limit: one that no longer fits in
 # what is left of the budget is SKIP ("budget spent"), never FAIL, as is one whose input (data,
@@ -641,6 +643,53 @@ stage_kernels() {
     "$(grep -v '^TOTAL' <<<"$table" | head -n 3 | sed 's/ x[0-9]* / /' | tr '\n' ';' | sed 's/;$//')"
 }
 
+# Where the fused step's kernels wait: Nsight Compute's full set (with its per-instruction stall
+# samples) on one eager fused step at batch 1024, the report's SASS source page as CSV, and
+# scripts/ncu_stalls.py's summary of it (stall reasons, instruction mix and hottest stretches per
+# kernel) in stalls.log. The CSV goes back in logs.tar.gz (gzip'd, ~1 MB); the report (~25 MB) is
+# not kept. SKIP where ncu is missing, as for `kernels`.
+stage_stalls() {
+  no_device stalls && return
+  local ncu
+  ncu=$(command -v ncu 2>/dev/null || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+  if [[ $DEVICE == cpu || -z $ncu ]]; then
+    record stalls SKIP 0 0 "" "${ncu:+no GPU}${ncu:-no ncu (Nsight Compute) on this machine}"
+    return
+  fi
+  begin stalls 90 || return
+  local log=$WORK/stalls.log csv=$WORK/stalls_source.csv report=$WORK/stalls_step
+  # shellcheck disable=SC2046
+  step "$log" "$ncu" --clock-control none --set full --launch-skip 120 --launch-count 13 \
+    -o "$report" "$TRAIN" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets) \
+    --set devices.engine=fused --set train.cuda_graph=false bench --batch 1024 --steps 12 \
+    --warmup 2 --engines fused
+  if ((RC != 0)) || [[ ! -s $report.ncu-rep ]]; then
+    rm -f "$report.ncu-rep"
+    finish stalls FAIL "" "ncu exit $RC: $(last_line "$log")"
+    return
+  fi
+  "$ncu" -i "$report.ncu-rep" --page source --print-source sass --csv >"$csv" 2>>"$log"
+  RC=$?
+  rm -f "$report.ncu-rep"
+  if ((RC != 0)) || [[ ! -s $csv ]]; then
+    finish stalls FAIL "" "ncu --page source exit $RC: $(last_line "$log")"
+    return
+  fi
+  step "$log" python3 "$ROOT/scripts/ncu_stalls.py" "$csv"
+  gzip -f "$csv"
+  if ((RC != 0)); then
+    finish stalls FAIL "" "ncu_stalls.py exit $RC: $(last_line "$log")"
+    return
+  fi
+  # The detail: the step's largest kernel by samples and what it waits on.
+  local top
+  top=$(awk '/^== / && match($0, /: [0-9]+ samples/) {
+               n = substr($0, RSTART + 2, RLENGTH - 10) + 0
+               if (n > best) { best = n; line = $0 } }
+             END { print line }' "$log")
+  finish stalls PASS "" "largest: ${top#== }; $(grep -A1 -F "$top" "$log" | sed -n 2p | sed 's/^ *//')"
+}
+
 stage_allreduce() {
   no_device allreduce && return
   begin allreduce 30 || return
@@ -890,6 +939,7 @@ run_half() {
   stage seed_vs_cpu stage_seed_vs_cpu
   stage bench stage_bench
   stage kernels stage_kernels
+  stage stalls stage_stalls
   stage allreduce stage_allreduce
   stage nccl_all_gpus train_stage nccl_all_gpus all 2
   stage shared_gpu train_stage shared_gpu "[0,0]" 3

@@ -14,6 +14,9 @@
 #   budget_spent       stages that no longer fit the budget are SKIP, never FAIL
 #   missing_data       without data in the carry folder the training stages are SKIP
 #   seed_mismatch      the seed stage FAILs when the losses leave the CPU's by more than its bound
+#   stalls_summary     scripts/ncu_stalls.py (the `stalls` stage's summary) on a small source page
+#                      in ncu's CSV layout: names, samples, stall shares and the hottest stretch;
+#                      a file that is not such a page is refused with exit 2 and a reason
 set -uo pipefail
 case_name=${1:?case}
 root=${2:?source dir}
@@ -145,7 +148,7 @@ case "$case_name" in
       fail "summary.json is not JSON"
     [[ $(tail -n 1 "$work/stdout") == "RESULT: PASS" ]] || fail "the summary is not printed last"
     names=$(python3 -c 'import json, sys; print(" ".join(s["name"] for s in json.load(open(sys.argv[1]))["stages"]))' "$out/summary.json")
-    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench kernels allreduce nccl_all_gpus shared_gpu pytorch sanitizer_probe memcheck memcheck_train racecheck" ]] ||
+    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench kernels stalls allreduce nccl_all_gpus shared_gpu pytorch sanitizer_probe memcheck memcheck_train racecheck" ]] ||
       fail "stages out of order or missing: $names"
     [[ -s $out/logs.tar.gz && -s $out/summary.txt ]] || fail "logs or table missing"
     # The CPU stand-in runs the same binary as the CPU reference: the losses agree exactly.
@@ -154,6 +157,7 @@ case "$case_name" in
     expect_grep 'bench +SKIP .*native [0-9.]+ samples/s' "$out/summary.txt" "the benchmark figure"
     expect_grep 'allreduce +SKIP .*cpu_x2 [0-9.]+ us' "$out/summary.txt" "the all-reduce figure"
     expect_grep 'kernels +SKIP +0 +no (GPU|ncu)' "$out/summary.txt" "the per-kernel stage needs a GPU"
+    expect_grep 'stalls +SKIP +0 +no (GPU|ncu)' "$out/summary.txt" "the stall stage needs a GPU"
     expect_grep 'nccl_all_gpus +SKIP .*done: 5 steps' "$out/summary.txt" "the NCCL stage's stand-in"
     expect_grep '"samples_per_s_native":[0-9.]+' "$out/summary.json" "figures in the JSON"
     ;;
@@ -207,6 +211,41 @@ PY
       "$out/summary.txt" "the figure shows the difference"
     expect_grep 'bench +SKIP .*not selected \(GPU_CHECK_ONLY=seed_vs_cpu\)' "$out/summary.txt" \
       "the stages left out"
+    ;;
+
+  stalls_summary)
+    # Two kernels as ncu prints them (a "Kernel Name" row, the column header, one row per SASS
+    # instruction), the first printed twice; 10 samples in the first, 4 in the second.
+    page=$work/source.csv
+    header='"Address","Source","# Samples","Instructions Executed","stall_long_sb","stall_barrier","stall_long_sb (Not Issued)"'
+    {
+      for copy in 1 2; do
+        echo '"Kernel Name","void mnist::cuda::<unnamed>::conv_kernel<mnist::cuda::<unnamed>::Shape<(int)6, (int)12>, mnist::cuda::PlainSource>(T1, int)",'
+        echo "$header"
+        echo '"0x0","  LDG.E R2, desc[UR4][R2.64]","6","4096","6","0","5"'
+        echo '"0x10","  FFMA R4, R2, R3, R4","1","4096","0","0","0"'
+        echo '"0x20","@P0 BAR.SYNC.DEFER_BLOCKING 0x0","3","128","0","3","0"'
+      done
+      echo '"Kernel Name","mnist::cuda::<unnamed>::head_kernel(int, const float *)",'
+      echo "$header"
+      echo '"0x0","  FFMA R1, R2, R3, R1","4","512","4","0","4"'
+    } >"$page"
+    python3 "$root/scripts/ncu_stalls.py" "$page" --window 2 >"$work/out" 2>&1 ||
+      { cat "$work/out"; fail "ncu_stalls.py refused a well-formed page"; }
+    cat "$work/out"
+    [[ $(grep -c '^== ' "$work/out") == 2 ]] || fail "a kernel printed twice is summarized twice"
+    expect_grep '^== conv_kernel<Shape<6, 12>, PlainSource>: 10 samples, 3 instructions, 8,320 warp'       "$work/out" "the first kernel: short name with its template, samples, instructions"
+    expect_grep 'waiting on: long_sb 60%, barrier 30%' "$work/out"       "stall shares, issued samples only, largest first"
+    expect_grep 'runs: +LDG 49%, FFMA 49%, BAR 2%' "$work/out" "the instruction mix, by runs"
+    expect_grep '\[ +0, +2\) +70\.0% of samples, ran up to 4,096x, 1 FFMA of 2; hottest: LDG'       "$work/out" "the hottest stretch and its hottest instruction"
+    expect_grep '^== head_kernel: 4 samples' "$work/out" "the second kernel"
+    expect_grep '^   waiting on: long_sb 100%$' "$work/out" "reasons with no sample left out"
+    echo 'just,some,csv' >"$work/not_ncu.csv"
+    python3 "$root/scripts/ncu_stalls.py" "$work/not_ncu.csv" >"$work/out" 2>&1
+    rc=$?
+    [[ $rc == 2 ]] || fail "exit $rc for a file that is not a source page (want 2)"
+    expect_grep "not_ncu.csv: no kernel .*not ncu's --page source --csv output" "$work/out" \
+      "the refusal names the file and the reason"
     ;;
 
   *)

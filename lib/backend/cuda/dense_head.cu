@@ -16,11 +16,11 @@
 // Measured on an H200 (ncu, batch 1024; docs/gpu_speed.md): 52 us compiled for 10 classes (62 us
 // for 16: 195 registers a thread, one block per SM, 32 blocks). ncu's stall samples: the rows
 // (~2,300 instructions each, 4 per warp, 2 warps per scheduler to hide their latency) and the
-// warp-ordered sums' barriers (8 phases, 7 warps waiting in each). The model made before (an ESTIMATE, wrong by 12x): at n = 1024, in =
-// 100, k = 10 the head is 6 MFLOP and 0.4 MB of x; the kernel is bound by its latency (~4 dependent
-// rows per warp, each ~300 instructions, plus the last block's 32 x 1010 partials): ~5 us, against
-// ~5 launches (dense forward, loss, weight and bias gradients, dense backward data) of ~3 us each
-// eagerly.
+// warp-ordered sums' barriers (8 phases, 7 warps waiting in each). The model made before (an
+// ESTIMATE, wrong by 12x): at n = 1024, in = 100, k = 10 the head is 6 MFLOP and 0.4 MB of x; the
+// kernel is bound by its latency (~4 dependent rows per warp, each ~300 instructions, plus the last
+// block's 32 x 1010 partials): ~5 us, against ~5 launches (dense forward, loss, weight and bias
+// gradients, dense backward data) of ~3 us each eagerly.
 #include "backend/cuda/dense_head.hpp"
 
 #include <algorithm>
