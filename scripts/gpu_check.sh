@@ -612,35 +612,44 @@ stage_kernels() {
     return
   fi
   begin kernels 60 || return
-  local log=$WORK/kernels.log csv=$WORK/kernels.csv
+  local log=$WORK/kernels.log csv=$WORK/kernels.csv batch=1024
   # 13 kernels an eager fused step (the graph's 12 and the batch gather, which the graph's step
   # folds into conv1's kernel); 120 launches cover the set-up and the first steps.
   # shellcheck disable=SC2046
   step "$log" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
     --launch-skip 120 --launch-count $((13 * KERNEL_STEPS)) "$TRAIN" \
     --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets) --set devices.engine=fused \
-    --set train.cuda_graph=false bench --batch 1024 --steps 12 --warmup 2 --engines fused
+    --set train.cuda_graph=false bench --batch "$batch" --steps 12 --warmup 2 --engines fused
   grep -F '"gpu__time_duration.sum"' "$log" >"$csv"
   if ((RC != 0)) || [[ ! -s $csv ]]; then
     finish kernels FAIL "" "ncu exit $RC: $(last_line "$log")"
     return
   fi
   # Fields are quoted and names hold commas: split on '","'. Field 5 the kernel, the last the ns.
-  local table total
+  # CONV: the direct convolutions' kernels (direct_conv.cu: forward with the batch norm's
+  # statistics, backward with the block's gradient staged), their share of a step.
+  local table total conv conv_rate
   table=$(awk -F'","' '{ name = $5; sub(/^void /, "", name); gsub(/unnamed>::|\(anonymous namespace\)::/, "", name)
                          sub(/\(.*/, "", name); v = $NF; gsub(/[",]/, "", v)
-                         sum[name] += v; n[name]++; all += v }
+                         sum[name] += v; n[name]++; all += v
+                         if (name ~ /^direct_conv2d_/) conv += v }
                        END { for (k in sum) printf "%.1f us x%d %s\n", sum[k] / n[k] / 1000, n[k], k
-                             printf "TOTAL %.1f\n", all / 1000 / '"$KERNEL_STEPS"' }' "$csv" |
+                             printf "TOTAL %.1f\n", all / 1000 / '"$KERNEL_STEPS"'
+                             printf "CONV %.1f\n", conv / 1000 / '"$KERNEL_STEPS"' }' "$csv" |
     sort -k1,1 -g -r)
   total=$(sed -n 's/^TOTAL //p' <<<"$table")
+  conv=$(sed -n 's/^CONV //p' <<<"$table")
+  conv_rate=$(awk -v us="$conv" -v b="$batch" 'BEGIN { if (us > 0) printf "%.0f", b / us * 1e6; else print 0 }')
   {
-    echo "per launch, mean over $KERNEL_STEPS eager steps (batch 1024, fused engine, ncu); xN: launches"
-    grep -v '^TOTAL' <<<"$table"
+    echo "per launch, mean over $KERNEL_STEPS eager steps (batch $batch, fused engine, ncu); xN: launches"
+    grep -v '^TOTAL\|^CONV' <<<"$table"
+    echo "direct convolutions: $conv us a step, $conv_rate samples/s"
   } >>"$log"
   figure "fused_step_kernel_us" "$total"
-  finish kernels PASS "fused step: $total us of kernels at batch 1024" \
-    "$(grep -v '^TOTAL' <<<"$table" | head -n 3 | sed 's/ x[0-9]* / /' | tr '\n' ';' | sed 's/;$//')"
+  figure "fused_step_conv_us" "$conv"
+  figure "fused_step_conv_samples_per_s" "$conv_rate"
+  finish kernels PASS "fused step: $total us of kernels at batch $batch, $conv us of them convolutions ($conv_rate samples/s)" \
+    "$(grep -v '^TOTAL\|^CONV' <<<"$table" | head -n 3 | sed 's/ x[0-9]* / /' | tr '\n' ';' | sed 's/;$//')"
 }
 
 # Where the fused step's kernels wait: Nsight Compute's full set (with its per-instruction stall
