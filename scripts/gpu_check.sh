@@ -567,6 +567,9 @@ stage_seed_vs_cpu() {
   finish seed_vs_cpu "$status" "${joined%; }" "data $data, bound 1e-3 + 1e-3|cpu| per step"
 }
 
+# samples/s per engine from the bench stage, at BENCH_BATCH, for the pytorch stage's ratios
+declare -A BENCH_RATE=()
+BENCH_BATCH=0
 stage_bench() {
   no_device bench && return
   begin bench 60 || return
@@ -586,8 +589,10 @@ stage_bench() {
     else
       figures+=("$engine $rate samples/s")
       figure "samples_per_s_$engine" "$rate"
+      BENCH_RATE[$engine]=$rate
     fi
   done
+  BENCH_BATCH=${args[1]}
   local algorithms
   algorithms=$(sed -n 's/^ *algorithms //p' "$log" | tr '\n' ';')
   local status=PASS joined
@@ -785,7 +790,23 @@ stage_pytorch() {
   rate=$(sed -n 's/.* \([0-9][0-9.]*\) samples\/s.*/\1/p' "$log" | tail -n 1)
   if ((RC == 0)) && [[ -n $rate ]]; then
     figure pytorch_samples_per_s "$rate"
-    finish pytorch PASS "$rate samples/s (eager, batch ${args[1]})" "$(grep -m1 '^pytorch' "$log" | cut -d: -f1)"
+    # Each engine's bench figure over PyTorch's, when the bench stage ran at the same batch.
+    local engine ratio ratios=()
+    if [[ $BENCH_BATCH == "${args[1]}" ]]; then
+      for engine in $(engines); do
+        [[ -n ${BENCH_RATE[$engine]:-} ]] || continue
+        ratio=$(awk -v a="${BENCH_RATE[$engine]}" -v b="$rate" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+        [[ -n $ratio ]] || continue
+        figure "ratio_to_pytorch_$engine" "$ratio"
+        ratios+=("$engine ${ratio}x")
+      done
+    fi
+    local text="$rate samples/s (eager, batch ${args[1]})" joined
+    if ((${#ratios[@]})); then
+      joined=$(printf '%s, ' "${ratios[@]}")
+      text+="; the engines against it: ${joined%, }"
+    fi
+    finish pytorch PASS "$text" "$(grep -m1 '^pytorch' "$log" | cut -d: -f1)"
   else
     finish pytorch FAIL "exit $RC" "$(last_line "$log")"
   fi

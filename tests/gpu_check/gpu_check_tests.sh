@@ -14,6 +14,8 @@
 #   budget_spent       stages that no longer fit the budget are SKIP, never FAIL
 #   missing_data       without data in the carry folder the training stages are SKIP
 #   seed_mismatch      the seed stage FAILs when the losses leave the CPU's by more than its bound
+#   pytorch_ratio      with a stand-in PyTorch (a python3 on PATH answering for torch), the pytorch
+#                      stage gives each benchmarked engine's samples/s over PyTorch's, at one batch
 #   stalls_summary     scripts/ncu_stalls.py (the `stalls` stage's summary) on a small source page
 #                      in ncu's CSV layout: names, samples, stall shares and the hottest stretch;
 #                      a file that is not such a page is refused with exit 2 and a reason
@@ -211,6 +213,35 @@ PY
       "$out/summary.txt" "the figure shows the difference"
     expect_grep 'bench +SKIP .*not selected \(GPU_CHECK_ONLY=seed_vs_cpu\)' "$out/summary.txt" \
       "the stages left out"
+    ;;
+
+  pytorch_ratio)
+    [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
+    # python3 that imports "torch" and runs bench_pytorch.py as a stand-in at 1000 samples/s;
+    # everything else goes to the real python3.
+    real_python=$(command -v python3)
+    mkdir -p "$work/bin"
+    cat >"$work/bin/python3" <<SHIM
+#!/usr/bin/env bash
+if [[ \$* == *"import torch"* ]]; then echo "torch 0.0-stand-in cuda False"; exit 0; fi
+if [[ \${1:-} == *bench_pytorch.py ]]; then
+  echo "pytorch 0.0-stand-in eager on cpu: batch 256, 3 steps: 256.000 ms/step, 1000 samples/s"
+  exit 0
+fi
+exec "$real_python" "\$@"
+SHIM
+    chmod +x "$work/bin/python3"
+    out=$work/out
+    PATH="$work/bin:$PATH" GPU_CHECK_ONLY=bench,pytorch GPU_CHECK_REHEARSE_CARRY=$rehearsal_carry \
+      "$check" rehearse --fast --reuse-carry --out "$out" >"$work/stdout" 2>&1 ||
+      { cat "$work/stdout"; fail "the check failed with a stand-in PyTorch"; }
+    grep -E "^(bench|pytorch) " "$out/summary.txt"
+    rate=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["figures"]["samples_per_s_native"])' "$out/summary.json") ||
+      fail "no native figure from the bench stage"
+    want=$(awk -v a="$rate" 'BEGIN { printf "%.2f", a / 1000 }')
+    expect_grep "pytorch +SKIP .*1000 samples/s \\(eager, batch 256\\); the engines against it: native ${want}x" \
+      "$out/summary.txt" "the ratio of the bench's native figure to PyTorch's"
+    expect_grep "\"ratio_to_pytorch_native\":${want}" "$out/summary.json" "the ratio among the figures"
     ;;
 
   stalls_summary)
