@@ -70,6 +70,17 @@ __host__ __device__ inline int partial_row(int in, int k, bool block) {
   return k * in + k + 2 + (block ? 2 * in : 0);
 }
 
+// The kernel's shared memory, at namespace scope so that its two instantiations (KC = 10 and 16)
+// share one copy: the CUDA emulation poisons the whole __shared__ section at the start of every
+// block of every kernel, and a copy per instantiation would make every emulated launch slower.
+__shared__ float w_s[kMaxClasses * kMaxIn];
+__shared__ float sums[kMaxClasses * kMaxIn + kMaxClasses];
+__shared__ double block_sums[2 * kMaxIn];  // with a block: its sums, warps added in order
+__shared__ Affine affine[kMaxIn];          // with a block: each input's batch-norm apply
+__shared__ float warp_loss[kHeadWarps];
+__shared__ float warp_correct[kHeadWarps];
+__shared__ int is_last;
+
 template <int KC>
 __global__ void __launch_bounds__(kHeadThreads)
     dense_softmax_cross_entropy_kernel(int n, int in, int k, const float* x, const float* weight,
@@ -77,13 +88,6 @@ __global__ void __launch_bounds__(kHeadThreads)
                                        float* dx, float* dweight, float* dbias, float* metrics,
                                        HeadBlock blk, unsigned* counter,
                                        double* partial /* [grid, partial_row] */) {
-  __shared__ float w_s[kMaxClasses * kMaxIn];
-  __shared__ float sums[kMaxClasses * kMaxIn + kMaxClasses];
-  __shared__ double block_sums[2 * kMaxIn];  // with a block: its sums, warps added in order
-  __shared__ Affine affine[kMaxIn];          // with a block: each input's batch-norm apply
-  __shared__ float warp_loss[kHeadWarps];
-  __shared__ float warp_correct[kHeadWarps];
-  __shared__ int is_last;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int weights = k * in, grads = weights + k;
   for (int i = threadIdx.x; i < weights; i += kHeadThreads) w_s[i] = weight[i];

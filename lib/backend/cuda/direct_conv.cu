@@ -400,12 +400,16 @@ __device__ __forceinline__ void correlate_tile(const Correlation& a, const Tilin
         sumsq[o] += acc[q][o] * acc[q][o];
       }
     }
+    // A strip past the output's right edge (the tile's last columns) stores nothing, and forms
+    // no pointer past the buffer.
+    if (valid > 0) {
 #pragma unroll
-    for (int o = 0; o < COUT; ++o) {
-      float run[P];
+      for (int o = 0; o < COUT; ++o) {
+        float run[P];
 #pragma unroll
-      for (int q = 0; q < P; ++q) run[q] = acc[q][o];
-      store_run<P>(dst + o * plane + ox0, run, valid);
+        for (int q = 0; q < P; ++q) run[q] = acc[q][o];
+        store_run<P>(dst + o * plane + ox0, run, valid);
+      }
     }
   }
   if (!stats) return;  // the same for the whole block
