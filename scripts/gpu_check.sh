@@ -602,6 +602,29 @@ stage_bench() {
     "batch ${args[1]}${algorithms:+; conv algorithms: ${algorithms%;}}$( ((RC != 0)) && echo "; exit $RC: $(last_line "$log")")"
 }
 
+# The two Nsight Compute stages' shared parts. find_ncu STAGE sets NCU, or records STAGE as SKIP
+# (no GPU, or no ncu) and returns 1. FUSED_STEP: the command they profile, the fused engine's
+# step launched eagerly (so that the profiler sees each kernel) at batch 1024, the batch the
+# figures are per; 13 kernels a step (the graph's 12 and the batch gather, which the graph's step
+# folds into conv1's kernel), and 120 launches cover the set-up and the first steps.
+NCU=""
+PROFILED_BATCH=1024
+PROFILED_KERNELS_PER_STEP=13
+PROFILED_SKIP=120
+find_ncu() {
+  NCU=$(command -v ncu 2>/dev/null || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+  if [[ $DEVICE == cpu || -z $NCU ]]; then
+    record "$1" SKIP 0 0 "" "${NCU:+no GPU}${NCU:-no ncu (Nsight Compute) on this machine}"
+    return 1
+  fi
+}
+fused_step() {  # fills the array FUSED_STEP
+  # shellcheck disable=SC2207
+  FUSED_STEP=("$TRAIN" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets)
+    --set devices.engine=fused --set train.cuda_graph=false bench --batch "$PROFILED_BATCH"
+    --steps 12 --warmup 2 --engines fused)
+}
+
 # Per-kernel GPU times of the fused engine's step (the step the bench times as a graph, launched
 # eagerly here so that the profiler sees each kernel): Nsight Compute's gpu__time_duration of
 # every kernel of KERNEL_STEPS steps after the set-up and warm-up ones, averaged per kernel name.
@@ -610,21 +633,13 @@ stage_bench() {
 KERNEL_STEPS=3
 stage_kernels() {
   no_device kernels && return
-  local ncu
-  ncu=$(command -v ncu 2>/dev/null || ls /usr/local/cuda/bin/ncu 2>/dev/null)
-  if [[ $DEVICE == cpu || -z $ncu ]]; then
-    record kernels SKIP 0 0 "" "${ncu:+no GPU}${ncu:-no ncu (Nsight Compute) on this machine}"
-    return
-  fi
+  find_ncu kernels || return
   begin kernels 60 || return
-  local log=$WORK/kernels.log csv=$WORK/kernels.csv batch=1024
-  # 13 kernels an eager fused step (the graph's 12 and the batch gather, which the graph's step
-  # folds into conv1's kernel); 120 launches cover the set-up and the first steps.
-  # shellcheck disable=SC2046
-  step "$log" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
-    --launch-skip 120 --launch-count $((13 * KERNEL_STEPS)) "$TRAIN" \
-    --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets) --set devices.engine=fused \
-    --set train.cuda_graph=false bench --batch "$batch" --steps 12 --warmup 2 --engines fused
+  local log=$WORK/kernels.log csv=$WORK/kernels.csv batch=$PROFILED_BATCH
+  fused_step
+  step "$log" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-skip "$PROFILED_SKIP" --launch-count $((PROFILED_KERNELS_PER_STEP * KERNEL_STEPS)) \
+    "${FUSED_STEP[@]}"
   grep -F '"gpu__time_duration.sum"' "$log" >"$csv"
   if ((RC != 0)) || [[ ! -s $csv ]]; then
     finish kernels FAIL "" "ncu exit $RC: $(last_line "$log")"
@@ -664,26 +679,21 @@ stage_kernels() {
 # not kept. SKIP where ncu is missing, as for `kernels`.
 stage_stalls() {
   no_device stalls && return
-  local ncu
-  ncu=$(command -v ncu 2>/dev/null || ls /usr/local/cuda/bin/ncu 2>/dev/null)
-  if [[ $DEVICE == cpu || -z $ncu ]]; then
-    record stalls SKIP 0 0 "" "${ncu:+no GPU}${ncu:-no ncu (Nsight Compute) on this machine}"
-    return
-  fi
+  find_ncu stalls || return
   begin stalls 90 || return
   local log=$WORK/stalls.log csv=$WORK/stalls_source.csv report=$WORK/stalls_step
-  # shellcheck disable=SC2046
-  step "$log" "$ncu" --clock-control none --set full --launch-skip 120 --launch-count 13 \
-    -o "$report" "$TRAIN" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets) \
-    --set devices.engine=fused --set train.cuda_graph=false bench --batch 1024 --steps 12 \
-    --warmup 2 --engines fused
+  fused_step
+  step "$log" "$NCU" --clock-control none --set full --launch-skip "$PROFILED_SKIP" \
+    --launch-count "$PROFILED_KERNELS_PER_STEP" -o "$report" "${FUSED_STEP[@]}"
   if ((RC != 0)) || [[ ! -s $report.ncu-rep ]]; then
     rm -f "$report.ncu-rep"
     finish stalls FAIL "" "ncu exit $RC: $(last_line "$log")"
     return
   fi
-  "$ncu" -i "$report.ncu-rep" --page source --print-source sass --csv >"$csv" 2>>"$log"
-  RC=$?
+  # The page to the CSV, ncu's messages to the log; within the stage's limit, as every step.
+  # shellcheck disable=SC2016
+  step "$log" sh -c '"$0" -i "$1" --page source --print-source sass --csv >"$2"' "$NCU" \
+    "$report.ncu-rep" "$csv"
   rm -f "$report.ncu-rep"
   if ((RC != 0)) || [[ ! -s $csv ]]; then
     finish stalls FAIL "" "ncu --page source exit $RC: $(last_line "$log")"

@@ -27,6 +27,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/dense_block_terms.cuh"
@@ -297,16 +298,16 @@ void launch_head(cudaStream_t stream, const char* op, int n, int in, int k, cons
               "{}: workspace {} is not {}-byte aligned (it holds doubles)", op,
               static_cast<const void*>(workspace), alignof(double));
   double* partial = reinterpret_cast<double*>(workspace);
+  auto launch = [&](auto bound) {  // bound: the class bound KC, as a std::integral_constant
+    MNIST_LAUNCH(dense_softmax_cross_entropy_kernel<decltype(bound)::value>, head_blocks(n),
+                 kHeadThreads, 0, stream)
+    (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, blk, counter,
+     partial);
+  };
   if (k <= kClassesCommon) {
-    MNIST_LAUNCH(dense_softmax_cross_entropy_kernel<kClassesCommon>, head_blocks(n), kHeadThreads,
-                 0, stream)
-    (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, blk, counter,
-     partial);
+    launch(std::integral_constant<int, kClassesCommon>{});
   } else {
-    MNIST_LAUNCH(dense_softmax_cross_entropy_kernel<kMaxClasses>, head_blocks(n), kHeadThreads, 0,
-                 stream)
-    (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, blk, counter,
-     partial);
+    launch(std::integral_constant<int, kMaxClasses>{});
   }
   MNIST_CUDA_LAUNCH_CHECK(stream, "dense_softmax_cross_entropy_kernel");
 }

@@ -71,6 +71,7 @@
 
 #include "backend/batch_norm_rule.hpp"
 #include "backend/cuda/batch_norm.hpp"
+#include "backend/cuda/conv_block.hpp"
 #include "backend/cuda/conv_block_gradient.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/launch.cuh"
@@ -983,9 +984,11 @@ void direct_conv2d_backward_block(cudaStream_t stream, const Conv2dGeom& g,
               "direct_conv2d_backward_block: the block's pooling (batch {}, {} channels, {}x{}) "
               "does not pool the convolution's output (batch {}, {} channels, {}x{})",
               pg.n, pg.c, pg.h, pg.w, g.n, g.k, g.out_h, g.out_w);
-  MNIST_CHECK(pg.out_h >= 1 && pg.out_w >= 1,
-              "direct_conv2d_backward_block: the block's pooling of {}x{} gives {}x{}: the staged "
-              "gradient reads the pooled gradient, which needs at least one pixel",
+  // The conv blocks' own rule (2x2, stride 2, out = in / 2 >= 1): the staged gradient reads the
+  // pooled gradient at clamped windows, so it needs at least one.
+  MNIST_CHECK(conv_block_supports(pg),
+              "direct_conv2d_backward_block: the block's pooling of {}x{} into {}x{} is not a conv "
+              "block's (2x2 windows, stride 2, no padding, output in / 2 of at least 1x1)",
               pg.h, pg.w, pg.out_h, pg.out_w);
   MNIST_CHECK(pg.c <= kBlockGradientChannels,
               "direct_conv2d_backward_block: {} channels; the staged gradient takes at most {}",
