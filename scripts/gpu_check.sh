@@ -8,7 +8,10 @@
 #                                   carry/: the binaries, copies of their C++/OpenMP/zlib runtimes,
 #                                   the MNIST files as .gz and the CPU's losses for 20 steps of the
 #                                   seed config. Prints the size; refuses (exit 2) when the working
-#                                   tree plus carry/ exceed 60 MiB.
+#                                   tree plus carry/ exceed 60 MiB. With --baseline REV it also
+#                                   builds REV's mnist-train the same way (build-gpu-baseline/, kept
+#                                   for the next prepare) and packs it as carry/baseline/: the run
+#                                   half then measures this build against it (A/B, below).
 #   scripts/gpu_check.sh run        there: put PyTorch's site-packages nvidia/*/lib folders (cuBLAS,
 #                                   cuDNN, NCCL) on LD_LIBRARY_PATH, check with ldd that the carried
 #                                   binaries resolve every library (a runtime library missing there
@@ -26,7 +29,9 @@
 # The stages share a budget of $GPU_CHECK_BUDGET_S seconds (330 by default), cheapest and most
 # informative first: device query; gpu_tests; 20 steps of the seed config per engine (native,
 # cublas, cudnn, fused) against the CPU's losses; the benchmark per engine (samples/s, cuDNN's
-# chosen algorithms); the fused step's per-kernel times (Nsight Compute); where its kernels wait
+# chosen algorithms); with a baseline, the same benchmark of the baseline and this build in turn
+# (samples/s and speed-up per engine); the fused step's per-kernel times (Nsight Compute), and the
+# baseline's beside them kernel by kernel; where its kernels wait
 # (ncu's stall samples per instruction, scripts/ncu_stalls.py); the gradient all-reduce
 # (microseconds per call); two_gpu.yaml on every GPU (NCCL) and on one shared GPU; eager
 # PyTorch on the same network; compute-sanitizer, probed first, then memcheck of the GPU tests and
@@ -45,14 +50,17 @@
 #
 # Options and environment:
 #   prepare  [--binaries gpu|BUILD_DIR] [--carry DIR]   gpu (default) builds build-gpu/ first;
-#            a BUILD_DIR holding bin/mnist-train and tests/gpu_tests is packed as it is.
+#            [--baseline REV|--baseline-build DIR]      a BUILD_DIR holding bin/mnist-train and
+#            tests/gpu_tests is packed as it is; the A/B baseline: a commit (built) or a build
+#            folder's bin/mnist-train (packed as it is); GPU_CHECK_BASELINE=REV is --baseline REV
 #   run      [--carry DIR] [--out DIR]                  carry/ by default
 #   rehearse [--fast] [--out DIR] [--reuse-carry]       --fast: fewer steps (CTest's case);
-#            --reuse-carry: the carry folder of an earlier rehearsal, as it is
+#            [--baseline-build DIR]                     --reuse-carry: the carry folder of an
+#            earlier rehearsal, as it is; --baseline-build: an A/B baseline from DIR
 #   GPU_CHECK_ONLY: a comma-separated list of stages to run (the others are SKIP), for a rerun;
 #   GPU_CHECK_BUDGET_S (330), GPU_CHECK_LIMIT_MIB (60), GPU_CHECK_DATA_ROOT (data), GPU_BUILD_DIR
-#   (build-gpu), GPU_CHECK_REHEARSE_BUILD (build), GPU_CHECK_REHEARSE_CARRY
-#   (build/gpu_check/rehearse-carry), GPU_CHECK_FAST (0; 1 is --fast).
+#   (build-gpu), GPU_CHECK_BASELINE_DIR (build-gpu-baseline), GPU_CHECK_REHEARSE_BUILD (build),
+#   GPU_CHECK_REHEARSE_CARRY (build/gpu_check/rehearse-carry), GPU_CHECK_FAST (0; 1 is --fast).
 set -u
 if [[ -z ${EPOCHSECONDS:-} ]]; then
   echo "gpu_check: needs bash 5 or newer (this is bash $BASH_VERSION)" >&2
@@ -158,11 +166,51 @@ first_data_set() {  # first_data_set CARRY: prints the data set the training sta
   return 1
 }
 
-# prepare BINARIES CARRY KIND: BINARIES is "gpu" (build build-gpu/ first) or a build folder;
-# KIND is gpu (for the GPU machine: the binaries' libraries and the size limit are enforced) or
-# rehearsal (a carry folder that stays on this machine: both are only reported).
+# The A/B baseline: a second mnist-train, built from another commit with the same flags, that the
+# run half benchmarks and profiles beside the carried one (stages `baseline`, `baseline_kernels`),
+# so that a speed change is measured against what it changes in one run on one machine.
+# build_baseline REV: extracts REV (git archive) into build-gpu-baseline/<sha>/src, builds its
+# mnist-train there with scripts/build_gpu.sh (the folder is kept: a second prepare against the
+# same commit rebuilds nothing) and sets BASELINE_BUILD and BASELINE_LABEL.
+BASELINE_BUILD=""
+BASELINE_LABEL=""
+build_baseline() {
+  local rev=$1 sha dir
+  sha=$(git -C "$ROOT" rev-parse --verify --quiet "$rev^{commit}") ||
+    die "--baseline: '$rev' names no commit of this repository (git rev-parse)"
+  dir=$(abs_path "${GPU_CHECK_BASELINE_DIR:-build-gpu-baseline}")/$sha
+  if [[ ! -f $dir/src/.extracted ]]; then
+    rm -rf "$dir/src"
+    mkdir -p "$dir/src" || die "cannot create $dir/src"
+    git -C "$ROOT" archive "$sha" | tar -x -C "$dir/src" || die "extracting $rev ($sha) failed"
+    touch "$dir/src/.extracted"
+  fi
+  say "building the baseline $rev (${sha:0:7}) into $dir/build (scripts/build_gpu.sh)"
+  GPU_BUILD_DIR=$dir/build GPU_BUILD_SOURCE=$dir/src GPU_BUILD_TARGETS=mnist-train \
+    "$ROOT/scripts/build_gpu.sh" || die "the baseline's GPU build failed ($rev, $sha)"
+  BASELINE_BUILD=$dir/build
+  BASELINE_LABEL="${sha:0:7} ($rev)"
+}
+
+# prepare BINARIES CARRY KIND [BASELINE]: BINARIES is "gpu" (build build-gpu/ first) or a build
+# folder; KIND is gpu (for the GPU machine: the binaries' libraries and the size limit are
+# enforced) or rehearsal (a carry folder that stays on this machine: both are only reported);
+# BASELINE, when given, is "rev:REV" (build_baseline) or "build:DIR" (DIR/bin/mnist-train as it
+# is), packed as baseline/bin/mnist-train.
 prepare() {
-  local binaries=$1 carry=$2 kind=$3 build
+  local binaries=$1 carry=$2 kind=$3 baseline=${4:-} build
+  case $baseline in
+    "") ;;
+    rev:*) build_baseline "${baseline#rev:}" ;;
+    build:*)
+      BASELINE_BUILD=$(abs_path "${baseline#build:}")
+      BASELINE_LABEL="the build in ${BASELINE_BUILD#"$ROOT"/}"
+      ;;
+    *) die "prepare: unknown baseline '$baseline'" ;;
+  esac
+  if [[ -n $BASELINE_BUILD && ! -x $BASELINE_BUILD/bin/mnist-train ]]; then
+    die "the baseline $BASELINE_BUILD/bin/mnist-train is not built"
+  fi
   if [[ $binaries == gpu ]]; then
     build=$(abs_path "${GPU_BUILD_DIR:-build-gpu}")
     say "building the GPU binaries into $build (scripts/build_gpu.sh)"
@@ -183,8 +231,13 @@ prepare() {
   else
     say "$build/tests/gpu_tests is not built (no CUDA in that build): its stage will be SKIP"
   fi
+  if [[ -n $BASELINE_BUILD ]]; then
+    mkdir -p "$staging/baseline/bin"
+    cp "$BASELINE_BUILD/bin/mnist-train" "$staging/baseline/bin/"
+  fi
   local needed_log=$staging/NEEDED
-  if ! (cd "$staging" && "$ROOT/scripts/check_needed.sh" bin/*) >"$needed_log" 2>&1 &&
+  if ! (cd "$staging" && "$ROOT/scripts/check_needed.sh" bin/* ${BASELINE_BUILD:+baseline/bin/*}) \
+    >"$needed_log" 2>&1 &&
     [[ $kind == gpu ]]; then
     cat "$needed_log"
     die "the GPU binaries need libraries the GPU machine lacks (above); refusing to pack them"
@@ -206,13 +259,17 @@ prepare() {
       git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo "+uncommitted changes")"
     echo "prepared=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "version=$("$staging/bin/mnist-train" --version 2>/dev/null | tr -s ' \n' ' ')"
+    if [[ -n $BASELINE_BUILD ]]; then
+      echo "baseline=$BASELINE_LABEL"
+      echo "baseline_version=$("$staging/baseline/bin/mnist-train" --version 2>/dev/null | tr -s ' \n' ' ')"
+    fi
   } >"$staging/MANIFEST"
 
   local carry_b total_b limit_b
   carry_b=$(du -sb "$staging" | cut -f1)
   total_b=$((carry_b + tree_b))
   limit_b=$((CARRY_LIMIT_MIB * 1048576))
-  say "carry $(mib "$carry_b") (binaries $(mib "$(du -sbc "$staging"/bin/* | tail -n1 | cut -f1)")," \
+  say "carry $(mib "$carry_b") (binaries $(mib "$(du -sbc "$staging"/bin/* ${BASELINE_BUILD:+"$staging"/baseline/bin/*} | tail -n1 | cut -f1)")${BASELINE_BUILD:+ with the baseline}," \
     "runtime libraries $(mib "$(du -sb "$staging/lib" | cut -f1)")," \
     "data $(mib "$(du -sb "$staging/data" 2>/dev/null | cut -f1)")) + working tree" \
     "$(mib "$tree_b") = $(mib "$total_b") of the ${CARRY_LIMIT_MIB} MiB allowed"
@@ -226,7 +283,7 @@ prepare() {
   mv "$staging" "$carry" || die "cannot move the carry folder into $carry"
   trap - EXIT
   cat "$carry/NEEDED"
-  say "wrote $carry ($kind binaries from ${build#"$ROOT"/})"
+  say "wrote $carry ($kind binaries from ${build#"$ROOT"/}${BASELINE_BUILD:+; baseline: $BASELINE_LABEL})"
 }
 
 # ================================= run (the GPU machine) ======================================
@@ -236,12 +293,6 @@ CARRY=""
 OUT_DIR=""
 WORK=""
 START=0
-NAMES=()
-STATUSES=()
-SECONDS_USED=()
-LIMITS=()
-FIGURES=()
-DETAILS=()
 JSON_FIGURES=()  # "key": value pairs for the summary's figures object
 FAILED=0
 GPU_NAME=""
@@ -252,7 +303,6 @@ ORIGINAL_LD_LIBRARY_PATH=""
 
 # Bash builtins only below (no command substitution per stage): the summary is rewritten after
 # every stage, and forks are slow on a loaded machine.
-now() { NOW=$EPOCHSECONDS; }
 json_string() {  # json_string VAR TEXT: sets VAR to TEXT as a JSON string
   local s=$2
   s=${s//\\/\\\\}
@@ -358,8 +408,8 @@ step() {  # step LOG COMMAND...: sets RC
     # left mnist-train running on the GPU, and every later measurement shared the GPU with it
     # (seen on an H200: the fused step 0.53 -> 1.19 ms). Stop whatever still runs the carried
     # binaries.
-    if command -v pkill >/dev/null 2>&1 && pkill -KILL -f "$CARRY/bin/" 2>/dev/null; then
-      echo "gpu_check: stopped processes still running $CARRY/bin/ after the timeout" >>"$log"
+    if command -v pkill >/dev/null 2>&1 && pkill -KILL -f "$CARRY/(baseline/)?bin/" 2>/dev/null; then
+      echo "gpu_check: stopped processes still running the carried binaries after the timeout" >>"$log"
     fi
   fi
 }
@@ -405,14 +455,16 @@ PY
 # unresolved_libraries: "BINARY: LIBRARY (what)" for each library a carried binary needs and ldd
 # cannot resolve: not found, or found without a symbol version the binary asks for.
 unresolved_libraries() {
-  local binary out
-  for binary in "$CARRY"/bin/*; do
+  local binary out label
+  for binary in "$CARRY"/bin/* "$CARRY"/baseline/bin/*; do
+    [[ -f $binary ]] || continue  # the glob of an absent folder
     out=$(LC_ALL=C ldd "$binary" 2>&1)
     {
       echo "== ldd $binary (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
       echo "$out"
     } >>"$WORK/environment.log"
-    awk -v bin="$(basename "$binary")" '
+    label=${binary#"$CARRY"/}
+    awk -v bin="${label/bin\//}" '
       $2 == "=>" && $3 == "not" { print bin ": " $1 " (not found)" }
       /version `.*'"'"' not found/ { lib = $2; sub(/:$/, "", lib); n = split(lib, part, "/")
                                     print bin ": " part[n] " (" $4 " not found)" }' <<<"$out"
@@ -614,13 +666,15 @@ PROFILED_SKIP=120
 find_ncu() {
   NCU=$(command -v ncu 2>/dev/null || ls /usr/local/cuda/bin/ncu 2>/dev/null)
   if [[ $DEVICE == cpu || -z $NCU ]]; then
-    record "$1" SKIP 0 0 "" "${NCU:+no GPU}${NCU:-no ncu (Nsight Compute) on this machine}"
+    local why="no ncu (Nsight Compute) on this machine"
+    [[ -n $NCU ]] && why="no GPU"
+    record "$1" SKIP 0 0 "" "$why"
     return 1
   fi
 }
-fused_step() {  # fills the array FUSED_STEP
+fused_step() {  # fused_step BINARY: fills the array FUSED_STEP
   # shellcheck disable=SC2207
-  FUSED_STEP=("$TRAIN" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets)
+  FUSED_STEP=("$1" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets)
     --set devices.engine=fused --set train.cuda_graph=false bench --batch "$PROFILED_BATCH"
     --steps 12 --warmup 2 --engines fused)
 }
@@ -631,45 +685,169 @@ fused_step() {  # fills the array FUSED_STEP
 # The profiler runs each kernel alone with cold caches, so the sum is an upper bound of the
 # replayed step's time. SKIP where ncu is missing or cannot read the device.
 KERNEL_STEPS=3
-stage_kernels() {
-  no_device kernels && return
-  find_ncu kernels || return
-  begin kernels 60 || return
-  local log=$WORK/kernels.log csv=$WORK/kernels.csv batch=$PROFILED_BATCH
-  fused_step
+# profile_fused_step BINARY NAME: profiles BINARY's step into $WORK/NAME.log (ncu's output and
+# a table) and $WORK/NAME.tsv ("mean us<TAB>launches<TAB>kernel" per kernel, largest first); sets
+# STEP_US (the kernels' sum per step) and CONV_US (the direct convolutions' share: direct_conv.cu's
+# forward with the batch norm's statistics and backward with the block's gradient staged).
+# Returns 1 (RC and the log say why) when ncu failed or printed no times.
+STEP_US=0
+CONV_US=0
+KERNELS_STEP_US=0  # the kernels stage's figures, for the baseline_kernels stage
+KERNELS_CONV_US=0
+profile_fused_step() {
+  local binary=$1 log=$WORK/$2.log csv=$WORK/$2.csv tsv=$WORK/$2.tsv
+  fused_step "$binary"
   step "$log" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
     --launch-skip "$PROFILED_SKIP" --launch-count $((PROFILED_KERNELS_PER_STEP * KERNEL_STEPS)) \
     "${FUSED_STEP[@]}"
   grep -F '"gpu__time_duration.sum"' "$log" >"$csv"
-  if ((RC != 0)) || [[ ! -s $csv ]]; then
-    finish kernels FAIL "" "ncu exit $RC: $(last_line "$log")"
+  ((RC == 0)) && [[ -s $csv ]] || return 1
+  # Fields are quoted and names hold commas: split on '","'. Field 5 the kernel, the last the ns.
+  awk -F'","' -v steps="$KERNEL_STEPS" '
+    { name = $5; sub(/^void /, "", name); gsub(/unnamed>::|\(anonymous namespace\)::/, "", name)
+      sub(/\(.*/, "", name); v = $NF; gsub(/[",]/, "", v)
+      sum[name] += v; n[name]++; all += v
+      if (name ~ /^direct_conv2d_/) conv += v }
+    END { for (k in sum) printf "%.1f\t%d\t%s\n", sum[k] / n[k] / 1000, n[k], k
+          printf "%.1f\t0\tTOTAL\n", all / 1000 / steps
+          printf "%.1f\t0\tCONV\n", conv / 1000 / steps }' "$csv" | sort -t$'\t' -k1,1 -g -r >"$tsv"
+  STEP_US=$(awk -F'\t' '$3 == "TOTAL" { print $1 }' "$tsv")
+  CONV_US=$(awk -F'\t' '$3 == "CONV" { print $1 }' "$tsv")
+  sed -i '/\t0\t\(TOTAL\|CONV\)$/d' "$tsv"
+  {
+    echo "per launch, mean over $KERNEL_STEPS eager steps (batch $PROFILED_BATCH, fused engine, ncu); xN: launches"
+    awk -F'\t' '{ printf "%s us x%s %s\n", $1, $2, $3 }' "$tsv"
+  } >>"$log"
+}
+stage_kernels() {
+  no_device kernels && return
+  find_ncu kernels || return
+  begin kernels 60 || return
+  if ! profile_fused_step "$TRAIN" kernels; then
+    finish kernels FAIL "" "ncu exit $RC: $(last_line "$WORK/kernels.log")"
     return
   fi
-  # Fields are quoted and names hold commas: split on '","'. Field 5 the kernel, the last the ns.
-  # CONV: the direct convolutions' kernels (direct_conv.cu: forward with the batch norm's
-  # statistics, backward with the block's gradient staged), their share of a step.
-  local table total conv conv_rate
-  table=$(awk -F'","' '{ name = $5; sub(/^void /, "", name); gsub(/unnamed>::|\(anonymous namespace\)::/, "", name)
-                         sub(/\(.*/, "", name); v = $NF; gsub(/[",]/, "", v)
-                         sum[name] += v; n[name]++; all += v
-                         if (name ~ /^direct_conv2d_/) conv += v }
-                       END { for (k in sum) printf "%.1f us x%d %s\n", sum[k] / n[k] / 1000, n[k], k
-                             printf "TOTAL %.1f\n", all / 1000 / '"$KERNEL_STEPS"'
-                             printf "CONV %.1f\n", conv / 1000 / '"$KERNEL_STEPS"' }' "$csv" |
-    sort -k1,1 -g -r)
-  total=$(sed -n 's/^TOTAL //p' <<<"$table")
-  conv=$(sed -n 's/^CONV //p' <<<"$table")
-  conv_rate=$(awk -v us="$conv" -v b="$batch" 'BEGIN { if (us > 0) printf "%.0f", b / us * 1e6; else print 0 }')
-  {
-    echo "per launch, mean over $KERNEL_STEPS eager steps (batch $batch, fused engine, ncu); xN: launches"
-    grep -v '^TOTAL\|^CONV' <<<"$table"
-    echo "direct convolutions: $conv us a step, $conv_rate samples/s"
-  } >>"$log"
-  figure "fused_step_kernel_us" "$total"
-  figure "fused_step_conv_us" "$conv"
+  local conv_rate
+  conv_rate=$(awk -v us="$CONV_US" -v b="$PROFILED_BATCH" 'BEGIN { if (us > 0) printf "%.0f", b / us * 1e6; else print 0 }')
+  echo "direct convolutions: $CONV_US us a step, $conv_rate samples/s" >>"$WORK/kernels.log"
+  KERNELS_STEP_US=$STEP_US
+  KERNELS_CONV_US=$CONV_US
+  figure "fused_step_kernel_us" "$STEP_US"
+  figure "fused_step_conv_us" "$CONV_US"
   figure "fused_step_conv_samples_per_s" "$conv_rate"
-  finish kernels PASS "fused step: $total us of kernels at batch $batch, $conv us of them convolutions ($conv_rate samples/s)" \
-    "$(grep -v '^TOTAL\|^CONV' <<<"$table" | head -n 3 | sed 's/ x[0-9]* / /' | tr '\n' ';' | sed 's/;$//')"
+  finish kernels PASS "fused step: $STEP_US us of kernels at batch $PROFILED_BATCH, $CONV_US us of them convolutions ($conv_rate samples/s)" \
+    "$(head -n 3 "$WORK/kernels.tsv" | awk -F'\t' '{ printf "%s%s us %s", (NR > 1 ? ";" : ""), $1, $3 }')"
+}
+
+# The A/B baseline (prepare --baseline REV packs one in carry/baseline/): the same benchmark as
+# the bench stage, every engine of it (so the baseline must know them all), run with the baseline's
+# binary and this one in turn (baseline, this, this, baseline: neither side always goes first),
+# twice each (once with --fast); each side's best
+# samples/s per engine and this build's over the baseline's. Alternating in one stage puts both
+# under the same clocks and load, which two separate runs of the check would not. SKIP without a
+# baseline in the carry folder.
+BASELINE=""
+stage_baseline() {
+  no_device baseline && return
+  if [[ -z $BASELINE ]]; then
+    record baseline SKIP 0 0 "" "no baseline in the carry folder (prepare --baseline REV packs one)"
+    return
+  fi
+  begin baseline 75 || return
+  local log=$WORK/baseline.log args=(--batch 1024 --steps 50) pairs=2
+  ((FAST)) && args=(--batch 256 --steps 3 --warmup 1) && pairs=1
+  local list pair side sides binary engine rate status=PASS failure=""
+  list=$(engines | tr ' ' ',')
+  declare -A best=()
+  for ((pair = 1; pair <= pairs; pair++)); do
+    sides="baseline current"
+    ((pair % 2 == 0)) && sides="current baseline"
+    for side in $sides; do
+      binary=$TRAIN
+      [[ $side == baseline ]] && binary=$BASELINE
+      echo "== $side, run $pair of $pairs" >>"$log"
+      local part=$WORK/baseline.part
+      rm -f "$part"
+      # shellcheck disable=SC2046
+      step "$part" "$binary" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets) \
+        bench "${args[@]}" --engines "$list"
+      cat "$part" >>"$log"
+      if ((RC != 0)); then
+        status=FAIL
+        [[ -n $failure ]] || failure="; the $side's exit $RC: $(last_line "$part")"
+        continue
+      fi
+      for engine in $(engines); do
+        rate=$(sed -n "s/^engine $engine, .* \([0-9][0-9.]*\) samples\/s.*/\1/p" "$part" | tail -n 1)
+        [[ -n $rate ]] || continue
+        if [[ -z ${best[$side/$engine]:-} ]] || awk -v a="$rate" -v b="${best[$side/$engine]}" 'BEGIN { exit !(a > b) }'; then
+          best[$side/$engine]=$rate
+        fi
+      done
+    done
+  done
+  local figures=() speedup
+  for engine in $(engines); do
+    if [[ -z ${best[baseline/$engine]:-} || -z ${best[current/$engine]:-} ]]; then
+      status=FAIL
+      figures+=("$engine: no figure")
+      continue
+    fi
+    speedup=$(awk -v a="${best[current/$engine]}" -v b="${best[baseline/$engine]}" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
+    figure "baseline_samples_per_s_$engine" "${best[baseline/$engine]}"
+    figure "ab_samples_per_s_$engine" "${best[current/$engine]}"
+    [[ -n $speedup ]] && figure "speedup_vs_baseline_$engine" "$speedup"
+    figures+=("$engine ${speedup:-?}x (${best[current/$engine]} vs ${best[baseline/$engine]} samples/s)")
+  done
+  local joined
+  joined=$(printf '%s, ' "${figures[@]}")
+  finish baseline "$status" "${joined%, }" \
+    "this build over the baseline $(sed -n 's/^baseline=//p' "$CARRY/MANIFEST"), best of $pairs run(s) each in turn, batch ${args[1]}$failure"
+}
+
+# The baseline's fused step kernel by kernel, as the kernels stage profiles this build's, and
+# both side by side in baseline_kernels.log (kernels matched by name). ncu times each kernel
+# alone, so this comparison is steadier than the samples/s of the baseline stage. It assumes the
+# baseline launches the same PROFILED_KERNELS_PER_STEP kernels a step (else the steps profiled
+# are cut elsewhere, and the log's kernel list shows it).
+stage_baseline_kernels() {
+  no_device baseline_kernels && return
+  if [[ -z $BASELINE ]]; then
+    record baseline_kernels SKIP 0 0 "" "no baseline in the carry folder (prepare --baseline REV packs one)"
+    return
+  fi
+  find_ncu baseline_kernels || return
+  begin baseline_kernels 60 || return
+  local log=$WORK/baseline_kernels.log
+  if ! profile_fused_step "$BASELINE" baseline_kernels; then
+    finish baseline_kernels FAIL "" "ncu exit $RC: $(last_line "$log")"
+    return
+  fi
+  figure "baseline_fused_step_kernel_us" "$STEP_US"
+  figure "baseline_fused_step_conv_us" "$CONV_US"
+  local text="the baseline's: $STEP_US us of kernels, $CONV_US us convolutions" detail=""
+  if [[ -s $WORK/kernels.tsv ]]; then
+    local speedup
+    speedup=$(awk -v a="$KERNELS_STEP_US" -v b="$STEP_US" 'BEGIN { if (a > 0) printf "%.3f", b / a }')
+    [[ -n $speedup ]] && figure "kernel_speedup_vs_baseline" "$speedup"
+    text="this build's fused step $KERNELS_STEP_US us of kernels, the baseline's $STEP_US us (speed-up ${speedup:-?}x); convolutions $KERNELS_CONV_US against $CONV_US us"
+    # Per kernel and step (the mean per launch times the launches a step: some kernels run twice
+    # a step): this build's us, the baseline's, the difference; the largest change first.
+    {
+      echo "us per step: this build, the baseline, the difference, the kernel (0.0: not launched)"
+      awk -F'\t' -v steps="$KERNEL_STEPS" '
+        NR == FNR { base[$3] = $1 * $2 / steps; next }
+        { t = $1 * $2 / steps; b = ($3 in base) ? base[$3] : 0; delete base[$3]
+          printf "%.1f\t%.1f\t%+.1f\t%s\n", t, b, t - b, $3 }
+        END { for (k in base) printf "0.0\t%.1f\t%+.1f\t%s\n", base[k], -base[k], k }' \
+        "$WORK/baseline_kernels.tsv" "$WORK/kernels.tsv" |
+        awk -F'\t' '{ d = $3 < 0 ? -$3 : $3; print d "\t" $0 }' | sort -t$'\t' -k1,1 -g -r | cut -f2-
+    } >"$WORK/baseline_kernels.diff"
+    cat "$WORK/baseline_kernels.diff" >>"$log"
+    detail="largest changes a step: $(sed -n '2,4p' "$WORK/baseline_kernels.diff" |
+      awk -F'\t' '{ printf "%s%s %s us", (NR > 1 ? "; " : ""), $4, $3 }')"
+  fi
+  finish baseline_kernels PASS "$text" "$detail"
 }
 
 # Where the fused step's kernels wait: Nsight Compute's full set (with its per-instruction stall
@@ -682,7 +860,7 @@ stage_stalls() {
   find_ncu stalls || return
   begin stalls 90 || return
   local log=$WORK/stalls.log csv=$WORK/stalls_source.csv report=$WORK/stalls_step
-  fused_step
+  fused_step "$TRAIN"
   step "$log" "$NCU" --clock-control none --set full --launch-skip "$PROFILED_SKIP" \
     --launch-count "$PROFILED_KERNELS_PER_STEP" -o "$report" "${FUSED_STEP[@]}"
   if ((RC != 0)) || [[ ! -s $report.ncu-rep ]]; then
@@ -915,8 +1093,9 @@ run_half() {
       "'scripts/gpu_check.sh prepare' (rehearse writes its own carry folder)"
   fi
   TRAIN=$CARRY/bin/mnist-train
+  [[ -f $CARRY/baseline/bin/mnist-train ]] && BASELINE=$CARRY/baseline/bin/mnist-train
   # A copy of the tree that dropped the executable bits would otherwise fail every stage (126).
-  chmod +x "$CARRY"/bin/* 2>/dev/null
+  chmod +x "$CARRY"/bin/* ${BASELINE:+"$BASELINE"} 2>/dev/null
   mkdir -p "$OUT_DIR" || die "cannot create $OUT_DIR"
   WORK=$(mktemp -d) || die "cannot make a temporary folder"
   # The logs reach OUT_DIR however the run ends: done, stopped early, or stopped by a signal.
@@ -926,7 +1105,7 @@ run_half() {
   local manifest
   manifest=$(<"$CARRY/MANIFEST")
   json_string CARRY_JSON "${manifest//$'\n'/; }"
-  CARRY_LINE=$(grep -E '^(kind|commit)=' "$CARRY/MANIFEST" | tr '\n' ' ')
+  CARRY_LINE=$(grep -E '^(kind|commit|baseline)=' "$CARRY/MANIFEST" | tr '\n' ' ')
 
   local wheel_libs
   ORIGINAL_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
@@ -978,7 +1157,9 @@ run_half() {
   stage gpu_tests stage_gpu_tests
   stage seed_vs_cpu stage_seed_vs_cpu
   stage bench stage_bench
+  stage baseline stage_baseline
   stage kernels stage_kernels
+  stage baseline_kernels stage_baseline_kernels
   stage stalls stage_stalls
   stage allreduce stage_allreduce
   stage nccl_all_gpus train_stage nccl_all_gpus all 2
@@ -1005,14 +1186,17 @@ case "$command" in
   prepare)
     binaries=gpu
     carry=$ROOT/carry
+    baseline=${GPU_CHECK_BASELINE:+rev:$GPU_CHECK_BASELINE}
     while [[ $# -gt 0 ]]; do
       case "$1" in
         --binaries) binaries=${2:?--binaries needs gpu or a build folder}; shift 2 ;;
         --carry) carry=$(abs_path "${2:?--carry needs a folder}"); shift 2 ;;
+        --baseline) baseline=rev:${2:?--baseline needs a commit}; shift 2 ;;
+        --baseline-build) baseline=build:${2:?--baseline-build needs a build folder}; shift 2 ;;
         *) die "prepare: unknown option '$1'" ;;
       esac
     done
-    prepare "$binaries" "$carry" gpu
+    prepare "$binaries" "$carry" gpu "$baseline"
     ;;
   run)
     carry=carry
@@ -1031,10 +1215,12 @@ case "$command" in
   rehearse)
     out=""
     reuse=0
+    baseline=""
     while [[ $# -gt 0 ]]; do
       case "$1" in
         --fast) FAST=1; shift ;;
         --reuse-carry) reuse=1; shift ;;
+        --baseline-build) baseline=build:${2:?--baseline-build needs a build folder}; shift 2 ;;
         --out) out=${2:?--out needs a folder}; shift 2 ;;
         *) die "rehearse: unknown option '$1'" ;;
       esac
@@ -1047,9 +1233,10 @@ case "$command" in
     rehearse_carry=$(abs_path "${GPU_CHECK_REHEARSE_CARRY:-build/gpu_check/rehearse-carry}")
     if ((reuse)); then
       [[ -d $rehearse_carry ]] || die "rehearse --reuse-carry: no carry folder at $rehearse_carry"
+      [[ -z $baseline ]] || die "rehearse: --baseline-build packs a new carry folder; --reuse-carry keeps the old one (choose one)"
     else
       mkdir -p "$(dirname "$rehearse_carry")"
-      (prepare "$build" "$rehearse_carry" rehearsal) || die "rehearse: preparing the carry folder failed"
+      (prepare "$build" "$rehearse_carry" rehearsal "$baseline") || die "rehearse: preparing the carry folder failed"
     fi
     MODE=rehearse
     run_half "$rehearse_carry" "$out"

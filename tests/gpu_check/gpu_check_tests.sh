@@ -7,13 +7,20 @@
 #   needed_gpu_build   the GPU build's binaries (build-gpu/, scripts/build_gpu.sh) need only the
 #                      libraries the GPU machine has
 #   needed_rejects     check_needed.sh names a library outside the list, and accepts the list
-#   prepare_limit      prepare packs a carry folder within the size limit and refuses over it
-#   missing_library    the run half stops with one line when a carried binary lacks a library
+#   prepare_limit      prepare packs a carry folder within the size limit and refuses over it;
+#                      it packs an A/B baseline binary, and refuses a baseline commit that
+#                      does not exist
+#   missing_library    the run half stops with one line when a carried binary (the baseline's
+#                      too) lacks a library
 #   rehearse           the whole run half on this machine's build (fast mode); sets up the
 #                      rehearsal carry folder the next two cases reuse
 #   budget_spent       stages that no longer fit the budget are SKIP, never FAIL
 #   missing_data       without data in the carry folder the training stages are SKIP
 #   seed_mismatch      the seed stage FAILs when the losses leave the CPU's by more than its bound
+#   baseline_ab        with a stand-in baseline binary in the carry folder, the baseline stage
+#                      runs it with the bench stage's arguments, alternating with the carried
+#                      binary, and gives this build's samples/s over the baseline's per engine;
+#                      a baseline that fails makes the stage FAIL, naming its exit status
 #   pytorch_ratio      with a stand-in PyTorch (a python3 on PATH answering for torch), the pytorch
 #                      stage gives each benchmarked engine's samples/s over PyTorch's, at one batch
 #   stalls_summary     scripts/ncu_stalls.py (the `stalls` stage's summary) on a small source page
@@ -101,6 +108,25 @@ case "$case_name" in
     expect_grep 'refused: the working tree and the carry folder come to .*, over 0 MiB' "$work/out" \
       "the refusal says why"
     [[ ! -e $work/carry2 ]] || fail "a refused carry folder was left behind"
+    # An A/B baseline from a build folder: packed beside the binaries, named in the MANIFEST.
+    mkdir -p "$work/base/bin"
+    tiny_binary "$work/base/bin/mnist-train"
+    GPU_CHECK_DATA_ROOT=$work/no-data "$check" prepare --binaries "$work/build" \
+      --baseline-build "$work/base" --carry "$work/carry3" >"$work/out" 2>&1 ||
+      { cat "$work/out"; fail "prepare with a baseline failed"; }
+    cmp -s "$work/base/bin/mnist-train" "$work/carry3/baseline/bin/mnist-train" ||
+      fail "the baseline binary is not packed as baseline/bin/mnist-train"
+    grep -qx "baseline=the build in $work/base" "$work/carry3/MANIFEST" ||
+      { cat "$work/carry3/MANIFEST"; fail "MANIFEST does not name the baseline"; }
+    expect_grep 'binaries [0-9.]+ MiB with the baseline,' "$work/out" "the size counts the baseline"
+    # A baseline commit that does not exist is refused before anything is built.
+    GPU_CHECK_DATA_ROOT=$work/no-data "$check" prepare --binaries "$work/build" \
+      --baseline no-such-commit --carry "$work/carry4" >"$work/out" 2>&1
+    rc=$?
+    [[ $rc == 2 ]] || fail "exit $rc for a baseline commit that does not exist (want 2)"
+    expect_grep "--baseline: 'no-such-commit' names no commit of this repository" "$work/out" \
+      "the refusal names the commit"
+    [[ ! -e $work/carry4 ]] || fail "a refused carry folder was left behind"
     ;;
 
   missing_library)
@@ -136,6 +162,16 @@ case "$case_name" in
     rc=$?
     [[ $rc == 2 ]] || fail "exit $rc for a rehearsal carry (want 2)"
     expect_grep 'not GPU ones' "$work/stderr" "a rehearsal carry is refused"
+    # A baseline binary lacking a library is named as the baseline's.
+    mkdir -p "$work/carry/baseline/bin"
+    mv "$work/carry/bin/mnist-train" "$work/carry/baseline/bin/mnist-train"
+    tiny_binary "$work/carry/bin/mnist-train"
+    echo kind=gpu >"$work/carry/MANIFEST"
+    "$check" run --carry "$work/carry" --out "$work/out" >"$work/stdout" 2>"$work/stderr"
+    rc=$?
+    [[ $rc == 2 ]] || fail "exit $rc with a baseline missing a library (want 2)"
+    expect_grep '^gpu_check: cannot start: missing shared libraries: baseline/mnist-train: libgone_stand_in\.so' \
+      "$work/stderr" "the line names the baseline's binary"
     ;;
 
   rehearse)
@@ -150,7 +186,7 @@ case "$case_name" in
       fail "summary.json is not JSON"
     [[ $(tail -n 1 "$work/stdout") == "RESULT: PASS" ]] || fail "the summary is not printed last"
     names=$(python3 -c 'import json, sys; print(" ".join(s["name"] for s in json.load(open(sys.argv[1]))["stages"]))' "$out/summary.json")
-    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench kernels stalls allreduce nccl_all_gpus shared_gpu pytorch sanitizer_probe memcheck memcheck_train racecheck" ]] ||
+    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench baseline kernels baseline_kernels stalls allreduce nccl_all_gpus shared_gpu pytorch sanitizer_probe memcheck memcheck_train racecheck" ]] ||
       fail "stages out of order or missing: $names"
     [[ -s $out/logs.tar.gz && -s $out/summary.txt ]] || fail "logs or table missing"
     # The CPU stand-in runs the same binary as the CPU reference: the losses agree exactly.
@@ -159,6 +195,8 @@ case "$case_name" in
     expect_grep 'bench +SKIP .*native [0-9.]+ samples/s' "$out/summary.txt" "the benchmark figure"
     expect_grep 'allreduce +SKIP .*cpu_x2 [0-9.]+ us' "$out/summary.txt" "the all-reduce figure"
     expect_grep 'kernels +SKIP +0 +no (GPU|ncu)' "$out/summary.txt" "the per-kernel stage needs a GPU"
+    expect_grep 'baseline +SKIP +0 +no baseline in the carry folder' "$out/summary.txt" \
+      "the A/B stage without a baseline"
     expect_grep 'stalls +SKIP +0 +no (GPU|ncu)' "$out/summary.txt" "the stall stage needs a GPU"
     expect_grep 'nccl_all_gpus +SKIP .*done: 5 steps' "$out/summary.txt" "the NCCL stage's stand-in"
     expect_grep '"samples_per_s_native":[0-9.]+' "$out/summary.json" "figures in the JSON"
@@ -213,6 +251,49 @@ PY
       "$out/summary.txt" "the figure shows the difference"
     expect_grep 'bench +SKIP .*not selected \(GPU_CHECK_ONLY=seed_vs_cpu\)' "$out/summary.txt" \
       "the stages left out"
+    ;;
+
+  baseline_ab)
+    [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
+    cp -al "$rehearsal_carry" "$work/carry" 2>/dev/null || cp -a "$rehearsal_carry" "$work/carry"
+    # A stand-in baseline: its bench prints 1000 samples/s for each engine asked and records its
+    # arguments; STAND_IN_EXIT makes it fail. A new MANIFEST (not the hard link) names it.
+    mkdir -p "$work/carry/baseline/bin"
+    cat >"$work/carry/baseline/bin/mnist-train" <<STANDIN
+#!/usr/bin/env bash
+echo "\$*" >>"$work/baseline_args"
+if [[ -n \${STAND_IN_EXIT:-} ]]; then echo "stand-in baseline: failing on purpose" >&2; exit "\$STAND_IN_EXIT"; fi
+all="\$*"
+engines=\${all##*--engines }
+for engine in \${engines//,/ }; do
+  echo "engine \$engine, cpu: batch 256, 3 timed steps: 256.00 ms/step, 1000 samples/s (stand-in)"
+done
+STANDIN
+    chmod +x "$work/carry/baseline/bin/mnist-train"
+    { grep -v '^baseline' "$rehearsal_carry/MANIFEST"; echo "baseline=stand-in"; } >"$work/manifest"
+    rm -f "$work/carry/MANIFEST" && mv "$work/manifest" "$work/carry/MANIFEST"
+    out=$work/out
+    GPU_CHECK_ONLY=baseline,baseline_kernels GPU_CHECK_REHEARSE_CARRY=$work/carry "$check" rehearse \
+      --fast --reuse-carry --out "$out" >"$work/stdout" 2>&1 ||
+      { cat "$work/stdout"; fail "the check failed with a stand-in baseline"; }
+    grep -E "^baseline" "$out/summary.txt"
+    expect_grep 'bench --batch 256 --steps 3 --warmup 1 --engines native$' "$work/baseline_args" \
+      "the baseline ran the bench stage's benchmark"
+    rate=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["figures"]["ab_samples_per_s_native"])' "$out/summary.json") ||
+      fail "no figure of this build's from the baseline stage"
+    want=$(awk -v a="$rate" 'BEGIN { printf "%.3f", a / 1000 }')
+    expect_grep "^baseline +SKIP .*native ${want}x \\($rate vs 1000 samples/s\\); .*baseline stand-in, best of 1" \
+      "$out/summary.txt" "this build's samples/s over the baseline's"
+    expect_grep "\"speedup_vs_baseline_native\":${want}" "$out/summary.json" "the speed-up among the figures"
+    expect_grep '"baseline_samples_per_s_native":1000' "$out/summary.json" "the baseline's figure"
+    expect_grep 'baseline_kernels +SKIP +0 +no (GPU|ncu)' "$out/summary.txt" "the per-kernel A/B needs a GPU"
+    # A baseline that fails: the stage FAILs and says whose exit it was.
+    STAND_IN_EXIT=3 GPU_CHECK_ONLY=baseline GPU_CHECK_REHEARSE_CARRY=$work/carry "$check" rehearse \
+      --fast --reuse-carry --out "$out" >"$work/stdout" 2>&1
+    rc=$?
+    [[ $rc == 1 ]] || { cat "$work/stdout"; fail "exit $rc with a failing baseline (want 1)"; }
+    expect_grep "^baseline +FAIL .*native: no figure; .*the baseline's exit 3: stand-in baseline: failing on purpose" \
+      "$out/summary.txt" "the failure names the baseline's exit"
     ;;
 
   pytorch_ratio)
