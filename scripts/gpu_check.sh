@@ -336,7 +336,7 @@ write_summary() {
   {
     printf '==== gpu_check %s: %s; %d s of a %d s budget; carry: %s====\n' "$MODE" \
       "${GPU_NAME:-no GPU}" "$ELAPSED" "$BUDGET" "$CARRY_LINE"
-    printf '%-15s %-5s %5s  %s\n' stage status secs "figure / detail"
+    printf '%-16s %-5s %5s  %s\n' stage status secs "figure / detail"
     printf '%s\n' "${TABLE[@]}"
     echo "RESULT: $result"
   } >"$OUT_DIR/summary.txt"
@@ -356,7 +356,7 @@ record() {
   STAGE_JSON+=("{\"name\":$name,\"status\":\"$2\",\"seconds\":$3,\"limit_s\":$4,\"figure\":$figure,\"detail\":$detail}")
   text=$5
   [[ -n $6 ]] && text="${text:+$text; }$6"
-  printf -v text '%-15s %-5s %5s  %s' "$1" "$2" "$3" "$text"
+  printf -v text '%-16s %-5s %5s  %s' "$1" "$2" "$3" "$text"
   TABLE+=("$text")
   [[ $2 == FAIL ]] && FAILED=1
   echo "gpu_check: $text"
