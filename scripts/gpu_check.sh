@@ -619,6 +619,9 @@ stage_seed_vs_cpu() {
   finish seed_vs_cpu "$status" "${joined%; }" "data $data, bound 1e-3 + 1e-3|cpu| per step"
 }
 
+# bench_rate LOG ENGINE: the last samples/s `mnist-train bench` printed for ENGINE in LOG
+bench_rate() { sed -n "s/^engine $2, .* \([0-9][0-9.]*\) samples\/s.*/\1/p" "$1" | tail -n 1; }
+
 # samples/s per engine from the bench stage, at BENCH_BATCH, for the pytorch stage's ratios
 declare -A BENCH_RATE=()
 BENCH_BATCH=0
@@ -634,7 +637,7 @@ stage_bench() {
     "${args[@]}" --engines "$list"
   local figures=() engine rate missing=0
   for engine in $(engines); do
-    rate=$(sed -n "s/^engine $engine, .* \([0-9][0-9.]*\) samples\/s.*/\1/p" "$log" | tail -n 1)
+    rate=$(bench_rate "$log" "$engine")
     if [[ -z $rate ]]; then
       missing=1
       figures+=("$engine: no figure")
@@ -747,16 +750,17 @@ stage_kernels() {
 # under the same clocks and load, which two separate runs of the check would not. SKIP without a
 # baseline in the carry folder.
 BASELINE=""
+no_baseline() {  # no_baseline STAGE: records STAGE as SKIP and returns 0 when none was packed
+  [[ -n $BASELINE ]] && return 1
+  record "$1" SKIP 0 0 "" "no baseline in the carry folder (prepare --baseline REV packs one)"
+}
 stage_baseline() {
   no_device baseline && return
-  if [[ -z $BASELINE ]]; then
-    record baseline SKIP 0 0 "" "no baseline in the carry folder (prepare --baseline REV packs one)"
-    return
-  fi
+  no_baseline baseline && return
   begin baseline 75 || return
   local log=$WORK/baseline.log args=(--batch 1024 --steps 50) pairs=2
   ((FAST)) && args=(--batch 256 --steps 3 --warmup 1) && pairs=1
-  local list pair side sides binary engine rate status=PASS failure=""
+  local list pair side sides binary engine rate status=PASS failure="" part=$WORK/baseline.part
   list=$(engines | tr ' ' ',')
   declare -A best=()
   for ((pair = 1; pair <= pairs; pair++)); do
@@ -766,7 +770,6 @@ stage_baseline() {
       binary=$TRAIN
       [[ $side == baseline ]] && binary=$BASELINE
       echo "== $side, run $pair of $pairs" >>"$log"
-      local part=$WORK/baseline.part
       rm -f "$part"
       # shellcheck disable=SC2046
       step "$part" "$binary" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets) \
@@ -778,7 +781,7 @@ stage_baseline() {
         continue
       fi
       for engine in $(engines); do
-        rate=$(sed -n "s/^engine $engine, .* \([0-9][0-9.]*\) samples\/s.*/\1/p" "$part" | tail -n 1)
+        rate=$(bench_rate "$part" "$engine")
         [[ -n $rate ]] || continue
         if [[ -z ${best[$side/$engine]:-} ]] || awk -v a="$rate" -v b="${best[$side/$engine]}" 'BEGIN { exit !(a > b) }'; then
           best[$side/$engine]=$rate
@@ -812,10 +815,7 @@ stage_baseline() {
 # are cut elsewhere, and the log's kernel list shows it).
 stage_baseline_kernels() {
   no_device baseline_kernels && return
-  if [[ -z $BASELINE ]]; then
-    record baseline_kernels SKIP 0 0 "" "no baseline in the carry folder (prepare --baseline REV packs one)"
-    return
-  fi
+  no_baseline baseline_kernels && return
   find_ncu baseline_kernels || return
   begin baseline_kernels 60 || return
   local log=$WORK/baseline_kernels.log

@@ -53,6 +53,16 @@ summary = json.load(open(sys.argv[1]))
 print(next((s["status"] for s in summary["stages"] if s["name"] == sys.argv[2]), "absent"))
 PY
 }
+# A named figure of a summary.json, e.g. figure_value FILE samples_per_s_native; fails if absent
+figure_value() {
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["figures"][sys.argv[2]])' "$1" "$2"
+}
+# copy_rehearsal_carry DEST: the rehearse case's carry folder, hard-linked where possible (replace
+# a file before changing it, or the original changes too)
+copy_rehearsal_carry() {
+  [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
+  cp -al "$rehearsal_carry" "$1" 2>/dev/null || cp -a "$rehearsal_carry" "$1"
+}
 # tiny_binary OUT [LIB]: a small executable that exits 0; with LIB, it needs the shared library
 # libLIB.so, which is moved to $work/kept/ afterwards, so the loader cannot find it.
 tiny_binary() {
@@ -216,8 +226,7 @@ case "$case_name" in
     ;;
 
   missing_data)
-    [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
-    cp -al "$rehearsal_carry" "$work/carry" 2>/dev/null || cp -a "$rehearsal_carry" "$work/carry"
+    copy_rehearsal_carry "$work/carry"
     rm -rf "$work/carry/data" "$work/carry/reference"
     out=$work/out
     GPU_CHECK_REHEARSE_CARRY=$work/carry "$check" rehearse --fast --reuse-carry --out "$out" \
@@ -230,8 +239,7 @@ case "$case_name" in
     ;;
 
   seed_mismatch)
-    [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
-    cp -al "$rehearsal_carry" "$work/carry" 2>/dev/null || cp -a "$rehearsal_carry" "$work/carry"
+    copy_rehearsal_carry "$work/carry"
     # A new reference file (not the hard link): the third step's loss moved by 0.01.
     ref=$work/carry/reference/seed_cpu.jsonl
     python3 - "$rehearsal_carry/reference/seed_cpu.jsonl" "$ref.new" <<'PY'
@@ -254,8 +262,7 @@ PY
     ;;
 
   baseline_ab)
-    [[ -d $rehearsal_carry ]] || fail "no rehearsal carry folder (the rehearse case makes it)"
-    cp -al "$rehearsal_carry" "$work/carry" 2>/dev/null || cp -a "$rehearsal_carry" "$work/carry"
+    copy_rehearsal_carry "$work/carry"
     # A stand-in baseline: its bench prints 1000 samples/s for each engine asked and records its
     # arguments; STAND_IN_EXIT makes it fail. A new MANIFEST (not the hard link) names it.
     mkdir -p "$work/carry/baseline/bin"
@@ -279,7 +286,7 @@ STANDIN
     grep -E "^baseline" "$out/summary.txt"
     expect_grep 'bench --batch 256 --steps 3 --warmup 1 --engines native$' "$work/baseline_args" \
       "the baseline ran the bench stage's benchmark"
-    rate=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["figures"]["ab_samples_per_s_native"])' "$out/summary.json") ||
+    rate=$(figure_value "$out/summary.json" ab_samples_per_s_native) ||
       fail "no figure of this build's from the baseline stage"
     want=$(awk -v a="$rate" 'BEGIN { printf "%.3f", a / 1000 }')
     expect_grep "^baseline +SKIP .*native ${want}x \\($rate vs 1000 samples/s\\); .*baseline stand-in, best of 1" \
@@ -317,7 +324,7 @@ SHIM
       "$check" rehearse --fast --reuse-carry --out "$out" >"$work/stdout" 2>&1 ||
       { cat "$work/stdout"; fail "the check failed with a stand-in PyTorch"; }
     grep -E "^(bench|pytorch) " "$out/summary.txt"
-    rate=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["figures"]["samples_per_s_native"])' "$out/summary.json") ||
+    rate=$(figure_value "$out/summary.json" samples_per_s_native) ||
       fail "no native figure from the bench stage"
     want=$(awk -v a="$rate" 'BEGIN { printf "%.2f", a / 1000 }')
     expect_grep "pytorch +SKIP .*1000 samples/s \\(eager, batch 256\\); the engines against it: native ${want}x" \
@@ -331,7 +338,7 @@ SHIM
     page=$work/source.csv
     header='"Address","Source","# Samples","Instructions Executed","stall_long_sb","stall_barrier","stall_long_sb (Not Issued)"'
     {
-      for copy in 1 2; do
+      for _ in 1 2; do
         echo '"Kernel Name","void mnist::cuda::<unnamed>::conv_kernel<mnist::cuda::<unnamed>::Shape<(int)6, (int)12>, mnist::cuda::PlainSource>(T1, int)",'
         echo "$header"
         echo '"0x0","  LDG.E R2, desc[UR4][R2.64]","6","4096","6","0","5"'
