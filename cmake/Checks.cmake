@@ -26,7 +26,11 @@ if(MNIST_SANITIZE)
   if(NOT MNIST_CUDA STREQUAL "OFF" OR NOT MNIST_MPI STREQUAL "OFF")
     message(FATAL_ERROR "MNIST_SANITIZE needs -DMNIST_CUDA=OFF -DMNIST_MPI=OFF (sanitized builds are CPU-only)")
   endif()
-  set(flags "-fsanitize=${MNIST_SANITIZE};-fno-omit-frame-pointer;-g")
+  # -O1 and line tables only (-g1), whatever the build type: -O1 is what the sanitizers' own
+  # documentation advises, and a report needs no more than file:line per frame. With RelWithDebInfo's
+  # -O2 -g, ASan + UBSan made a test file compile in 74 s instead of 33 s (tests/unit/test_checkpoint.cpp,
+  # GCC 12), and the sanitizer jobs are most of CI's time.
+  set(flags "-fsanitize=${MNIST_SANITIZE};-fno-omit-frame-pointer;-O1;-g1")
   # GCC 12's flow analysis on ASan-instrumented code reports -Wmaybe-uninitialized inside
   # libstdc++'s <regex> (std::function members of its NFA states), a false positive in a system
   # header; it stays a warning there instead of failing the -Werror build.
