@@ -1,6 +1,6 @@
 // Backend methods with a default: conv2d_forward_stats, conv2d_backward, conv_block_backward,
 // dense_backward, conv2d_forward_batch_norm, adam_update_and_advance, dense_softmax_cross_entropy,
-// adam_update_partials, the dense block's two calls and the dense tail's three compose the calls
+// the dense block's two calls and the dense tail's three compose the calls
 // they stand for (the CPU backend's fused ops, the oracle of the CUDA kernels); the fused conv
 // block's, which only some engines implement (see backend.hpp), refuse, naming the backend, so a
 // model that asked for a fused block where fuses_conv_block() said no fails loudly; so do the
@@ -123,16 +123,6 @@ void Backend::dense_softmax_cross_entropy(int n, int in, int k, const float* x, 
   softmax_cross_entropy(n, k, logits, labels, grad_scale, dlogits, metrics);
   dense_backward_weights(n, in, k, x, dlogits, dweight, dbias);
   if (dx) dense_backward_data(n, in, k, dlogits, weight, dx);
-}
-
-void Backend::adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                                   float* params, const float* partials, int parts, float* grads,
-                                   float* m, float* v) {
-  MNIST_CHECK(parts >= 1, "{}: adam_update_partials needs at least 1 partial, got {}", name(),
-              parts);
-  if (n > 0) copy_on_device(grads, partials, n * sizeof(float));
-  for (int p = 1; p < parts; ++p) add(n, partials + static_cast<std::size_t>(p) * n, grads);
-  adam_update(n, n_decay, s, nullptr, params, grads, m, v);
 }
 
 namespace {

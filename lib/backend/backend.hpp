@@ -83,10 +83,6 @@ class Backend {
   // for what a step captured once and replayed reads or writes on the host.
   virtual void* allocate_host(std::size_t bytes) = 0;
   virtual void release_host(void* ptr) noexcept = 0;
-  // backend -> host memory from allocate_host, queued: the host may read dst only after
-  // synchronize(). Capturable; copy_to_host is not. (The worker still reads a log step's metrics
-  // with copy_to_host, one wait per log step.)
-  virtual void copy_to_host_async(void* dst, const void* src, std::size_t bytes) = 0;
   // host memory from allocate_host -> backend, queued: the host may write src again only after
   // synchronize(). Unlike copy_to_device, it never asks where src lives (no driver query per
   // copy) and never waits.
@@ -376,8 +372,8 @@ class Backend {
   // Backends that return true from supports_capture() (CUDA) record the calls made between
   // begin_capture() and end_capture() instead of running them; replay() runs them again, in order,
   // with the arguments they had at the capture (so per-step values come from StepScalars). Only
-  // device work can be captured: a call that makes the host wait (copy_to_host, synchronize,
-  // all_finite, a copy from pageable memory) or allocates fails the capture, and end_capture()
+  // device work can be captured: a call that makes the host wait (copy_to_host, synchronize, a
+  // copy from pageable memory) or allocates fails the capture, and end_capture()
   // throws naming it. counts(): the calls made while capturing are not counted (nothing ran);
   // each replay counts one graph launch and the kernels and copies captured. Others throw.
   class Captured {
@@ -389,10 +385,9 @@ class Backend {
   virtual std::unique_ptr<Captured> end_capture();
   virtual void replay(const Captured& calls);
 
-  // ---- helpers for reductions and checks ------------------------------------------------------
+  // ---- helpers for reductions -----------------------------------------------------------------
   virtual void scale(std::size_t n, float alpha, float* x) = 0;   // x *= alpha
   virtual void add(std::size_t n, const float* x, float* y) = 0;  // y += x
-  virtual bool all_finite(std::size_t n, const float* x) = 0;     // waits for the answer
 
   // ---- fused ops: one call for a chain of the ops above, with the chain's math ----------------
   // The default runs the chain (for the CPU backend: the CPU ops, the oracle of every fused
@@ -415,13 +410,6 @@ class Backend {
                                            const int32_t* labels, float grad_scale, float* dx,
                                            float* dweight, float* dbias, float* metrics,
                                            float* workspace);
-  // Adam on a gradient that arrives as `parts` partial sums: grads[i] = partials[0][i] +
-  // partials[1][i] + ..., added in float in part order (the chain copy_on_device, then add() per
-  // part), then adam_update(n, n_decay, s, params, grads, m, v). partials[parts, n], parts >= 1.
-  // Assigns grads[n] (for finiteness checks and logs); updates params, m, v in place.
-  virtual void adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                                    float* params, const float* partials, int parts, float* grads,
-                                    float* m, float* v);
 };
 
 // How a backend is built. `engine` picks the implementation of the heavy ops (the engine table,

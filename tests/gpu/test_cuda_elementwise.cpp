@@ -41,7 +41,7 @@ TEST_CASE("relu keeps NaN, so a diverged layer still reaches the loss", "[gpu][r
   CHECK(got[2] == 2.0f);
 }
 
-TEST_CASE("fill, scale, add and all_finite match the CPU", "[gpu][elementwise]") {
+TEST_CASE("fill, scale and add match the CPU", "[gpu][elementwise]") {
   Backend& g = gpu();
   for (int n : kSizes) {
     CAPTURE(n);
@@ -64,17 +64,6 @@ TEST_CASE("fill, scale, add and all_finite match the CPU", "[gpu][elementwise]")
     cpu().add(n, x.c(), y.c());
     g.add(n, x.g(), y.g());
     expect_close(g, y, 0.0, 0.0, "add");
-    CHECK(g.all_finite(n, y.g()));
-    // A bad value in the last element sits in the grid's tail.
-    for (float bad :
-         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-          -std::numeric_limits<float>::infinity()}) {
-      std::vector<float> host = random_floats(n, 5, -1.0f, 1.0f);
-      host.back() = bad;
-      auto z = upload(g, host);
-      CHECK_FALSE(g.all_finite(n, z.g()));
-      CHECK(g.all_finite(n - 1, z.g()));  // the prefix before it is finite (empty when n = 1)
-    }
   }
 }
 

@@ -1,8 +1,7 @@
 // Fused ops against their CPU twins, the chains of CPU ops they stand for (backend.cpp):
 // dense_softmax_cross_entropy (the network's head, one kernel on CUDA: dense_head.cu) on the seed
 // network's head (100 -> 10) and awkward sizes, with poisoned outputs, accumulated metrics and
-// gradients that must repeat bit for bit; adam_update_partials (fused_optimizer.cu) over 1, 2 and
-// 5 partials.
+// gradients that must repeat bit for bit.
 //
 // Head tolerances, |gpu - cpu| <= atol + rtol * |cpu|: x in [-1, 1], weights and biases in [-0.5,
 // 0.5] and grad_scale 1, so dlogits are at most 1 and the logits agree to ~1e-6 * in; dx (k terms):
@@ -102,51 +101,4 @@ TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fus
       CHECK(same_bits(b1, b2));
     }
   }
-}
-
-TEST_CASE("adam_update_partials matches the chain of CPU ops", "[gpu][fused][optimizer]") {
-  Backend& g = gpu("native");
-  for (int n : kSizes) {
-    const std::size_t n_decay = static_cast<std::size_t>(n) / 2;
-    for (int parts : {1, 2, 5}) {
-      for (int variant = 0; variant < 2; ++variant) {
-        INFO("n " << n << ", parts " << parts << ", variant " << variant);
-        mnist::OptimizerStep s;
-        s.lr = 0.01f;
-        if (variant == 1) {
-          s.l2 = 5e-3f;
-          s.decoupled_wd = 0.1f;
-        }
-        auto params = upload(g, random_floats(n, 41 + n, -1.0f, 1.0f));
-        auto m = upload(g, std::vector<float>(n, 0.0f));
-        auto v = upload(g, std::vector<float>(n, 0.0f));
-        for (int step = 1; step <= 3; ++step) {
-          s.step = step;
-          auto partials = upload(
-              g, random_floats(static_cast<std::size_t>(parts) * n, 50 * step + n, -1.0f, 1.0f));
-          auto grads = poisoned(g, n);
-          cpu().adam_update_partials(n, n_decay, s, params.c(), partials.c(), parts, grads.c(),
-                                     m.c(), v.c());
-          g.adam_update_partials(n, n_decay, s, params.g(), partials.g(), parts, grads.g(), m.g(),
-                                 v.g());
-          // The same float additions in the same order: the same bits.
-          expect_close(g, grads, 0.0, 0.0, "adam_update_partials grads");
-        }
-        // Tolerances of the adam_update test (tests/gpu/test_cuda_elementwise.cpp).
-        expect_close(g, params, 1e-6, 1e-5, "adam_update_partials params");
-        expect_close(g, m, 1e-7, 1e-5, "adam_update_partials m");
-        expect_close(g, v, 1e-8, 1e-5, "adam_update_partials v");
-      }
-    }
-  }
-  // No partial at all is refused on both backends.
-  mnist::DeviceBuffer<float> one(g, 1);
-  mnist::OptimizerStep s;
-  CHECK_THROWS_WITH(g.adam_update_partials(1, 0, s, one.data(), one.data(), 0, one.data(),
-                                           one.data(), one.data()),
-                    Catch::Contains("at least 1 partial, got 0"));
-  mnist::DeviceBuffer<float> host_one(cpu(), 1);
-  CHECK_THROWS_WITH(cpu().adam_update_partials(1, 0, s, host_one.data(), host_one.data(), 0,
-                                               host_one.data(), host_one.data(), host_one.data()),
-                    Catch::Contains("at least 1 partial, got 0"));
 }

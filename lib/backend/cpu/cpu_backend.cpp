@@ -88,9 +88,6 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   void* allocate_host(std::size_t bytes) override { return allocate(bytes); }
   void release_host(void* ptr) noexcept override { release(ptr); }
-  void copy_to_host_async(void* dst, const void* src, std::size_t bytes) override {
-    copy_to_host(dst, src, bytes);
-  }
   void copy_to_device_async(void* dst, const void* src, std::size_t bytes) override {
     copy_to_device(dst, src, bytes);
   }
@@ -254,9 +251,6 @@ class CpuBackend final : public Backend {
 
   void scale(std::size_t n, float alpha, float* x) override { cpu::scale(n, alpha, x, threads_); }
   void add(std::size_t n, const float* x, float* y) override { cpu::add(n, x, y, threads_); }
-  bool all_finite(std::size_t n, const float* x) override {
-    return cpu::all_finite(n, x, threads_);
-  }
 
  private:
   bool direct(const Conv2dGeom& g) const { return native_ && cpu::native::direct_conv_supports(g); }

@@ -1,8 +1,6 @@
 // Threads: contiguous element ranges via OpenMP static schedules.
 #include "backend/cpu/elementwise.hpp"
 
-#include <cmath>
-
 #include "backend/cpu/parallel.hpp"
 
 namespace mnist::cpu {
@@ -28,21 +26,10 @@ void add(std::size_t n, const T* x, T* y, int threads) {
   for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-template <class T>
-bool all_finite(std::size_t n, const T* x, int threads) {
-  // Counting (rather than stopping at the first bad value) keeps the loop branch-free.
-  std::size_t bad = 0;
-#pragma omp parallel for num_threads(resolve_threads(threads)) schedule(static) \
-    reduction(+ : bad) if (n >= kParallelMinElements)
-  for (std::size_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;
-  return bad == 0;
-}
-
-#define MNIST_INSTANTIATE(T)                            \
-  template void fill<T>(std::size_t, T, T*, int);       \
-  template void scale<T>(std::size_t, T, T*, int);      \
-  template void add<T>(std::size_t, const T*, T*, int); \
-  template bool all_finite<T>(std::size_t, const T*, int);
+#define MNIST_INSTANTIATE(T)                       \
+  template void fill<T>(std::size_t, T, T*, int);  \
+  template void scale<T>(std::size_t, T, T*, int); \
+  template void add<T>(std::size_t, const T*, T*, int);
 MNIST_INSTANTIATE(float)
 MNIST_INSTANTIATE(double)
 #undef MNIST_INSTANTIATE

@@ -1,6 +1,6 @@
 #pragma once
 // Elementwise helpers over flat buffers of n values; contracts as
-// Backend::fill/scale/add/all_finite. Threads: contiguous element ranges; below
+// Backend::fill/scale/add. Threads: contiguous element ranges; below
 // kParallelMinElements the call stays on one thread.
 
 #include <cstddef>
@@ -15,8 +15,5 @@ void scale(std::size_t n, T alpha, T* x, int threads);  // x *= alpha
 
 template <class T>
 void add(std::size_t n, const T* x, T* y, int threads);  // y += x
-
-template <class T>
-bool all_finite(std::size_t n, const T* x, int threads);  // no NaN or infinity in x
 
 }  // namespace mnist::cpu

@@ -2,7 +2,7 @@
 //
 // It owns one device, one non-blocking stream, a cuBLAS handle (engines "cublas" and "cudnn"), a
 // cuDNN convolution engine (engine "cudnn", when built with cuDNN), and small scratch buffers made
-// once at construction (reduction partials, the all_finite flag), so no call allocates.
+// once at construction (reduction partials, block counters), so no call allocates.
 // Every method first makes its device current: a backend may be built on one thread and driven by
 // a worker thread, and the current device is per thread.
 #include <cublas_v2.h>
@@ -27,7 +27,6 @@
 #include "backend/cuda/direct_conv.hpp"
 #include "backend/cuda/dropout.hpp"
 #include "backend/cuda/elementwise.hpp"
-#include "backend/cuda/fused_optimizer.hpp"
 #include "backend/cuda/gather_batch.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/max_pool.hpp"
@@ -140,14 +139,12 @@ class CudaBackend final : public Backend {
 #endif
     scratch_.partial = static_cast<double2*>(allocate(kReduceScratchEntries * sizeof(double2)));
     scratch_.capacity = kReduceScratchEntries;
-    flag_device_ = static_cast<int*>(allocate(sizeof(int)));
     // The stream's block counters (launch.cuh, arrive_last): zero now, and every kernel that
     // counts on them leaves them zero.
     block_counter_ = static_cast<unsigned*>(allocate(cuda::kBlockCounters * sizeof(unsigned)));
     MNIST_CUDA_CHECK(
         cudaMemsetAsync(block_counter_, 0, cuda::kBlockCounters * sizeof(unsigned), stream_));
     MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    MNIST_CUDA_CHECK(cudaMallocHost(&flag_host_, sizeof(int)));
   }
 
   void release_all() noexcept {
@@ -165,9 +162,7 @@ class CudaBackend final : public Backend {
 #endif
     if (cublas_) cublasDestroy(cublas_);
     if (scratch_.partial) cudaFree(scratch_.partial);
-    if (flag_device_) cudaFree(flag_device_);
     if (block_counter_) cudaFree(block_counter_);
-    if (flag_host_) cudaFreeHost(flag_host_);
     if (stream_) cudaStreamDestroy(stream_);
     cudaGetLastError();
   }
@@ -256,11 +251,6 @@ class CudaBackend final : public Backend {
     cudaSetDevice(ordinal_);
     cudaFreeHost(ptr);
     cudaGetLastError();
-  }
-  void copy_to_host_async(void* dst, const void* src, std::size_t bytes) override {
-    activate();
-    cuda::count_copy(stream_);
-    MNIST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   }
   void copy_to_device_async(void* dst, const void* src, std::size_t bytes) override {
     activate();
@@ -584,7 +574,7 @@ class CudaBackend final : public Backend {
       cudaGetLastError();
       MNIST_THROW(RuntimeError,
                   "{}: the captured calls cannot be replayed: {} ({}); a captured step may not "
-                  "make the host wait (copy_to_host, synchronize, all_finite, a copy from "
+                  "make the host wait (copy_to_host, synchronize, a copy from "
                   "pageable memory) nor allocate",
                   name_, cudaGetErrorName(ended), why);
     }
@@ -612,19 +602,6 @@ class CudaBackend final : public Backend {
     activate();
     cuda::add(stream_, n, x, y);
   }
-  bool all_finite(std::size_t n, const float* x) override {
-    activate();
-    *flag_host_ = 1;
-    cuda::count_copy(stream_);
-    MNIST_CUDA_CHECK(
-        cudaMemcpyAsync(flag_device_, flag_host_, sizeof(int), cudaMemcpyHostToDevice, stream_));
-    cuda::all_finite(stream_, n, x, flag_device_);
-    cuda::count_copy(stream_);
-    MNIST_CUDA_CHECK(
-        cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    wait_for_stream();
-    return *flag_host_ != 0;
-  }
 
   // ---- fused ops (sizes the fused kernels do not take run the base class's chain) --------------
   bool fuses_dense_head() const override {
@@ -645,17 +622,6 @@ class CudaBackend final : public Backend {
     }
     cuda::dense_softmax_cross_entropy(stream_, n, in, k, x, weight, bias, labels, grad_scale, dx,
                                       dweight, dbias, metrics, workspace, block_counter_);
-  }
-  void adam_update_partials(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                            float* params, const float* partials, int parts, float* grads, float* m,
-                            float* v) override {
-    activate();
-    MNIST_CHECK(parts >= 1, "{}: adam_update_partials needs at least 1 partial, got {}", name_,
-                parts);
-    MNIST_CHECK(n_decay <= n, "{}: adam_update_partials with n_decay {} > n {}", name_, n_decay, n);
-    MNIST_CHECK(s.step >= 1, "{}: adam_update_partials needs a 1-based step, got {}", name_,
-                s.step);
-    cuda::adam_update_partials(stream_, n, n_decay, s, params, partials, parts, grads, m, v);
   }
 
   // ---- fused conv block: batch_norm apply -> relu -> 2x2 max_pool (conv_block.cu) ------------
@@ -883,8 +849,6 @@ class CudaBackend final : public Backend {
   bool capturing_ = false;
   LaunchCounts before_capture_;
   cuda::ReduceScratch scratch_;
-  int* flag_device_ = nullptr;
-  int* flag_host_ = nullptr;           // pinned, so the flag's copy back is a true async copy
   unsigned* block_counter_ = nullptr;  // [kBlockCounters], 0 between kernels (launch.cuh)
 };
 

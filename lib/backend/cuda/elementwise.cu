@@ -1,5 +1,4 @@
 // Elementwise helpers: each is one grid-stride loop, one element per thread per iteration.
-// all_finite only ever writes 0 to the flag (a benign race: every writer writes the same value).
 #include "backend/cuda/elementwise.hpp"
 
 #include "backend/cuda/cuda_check.hpp"
@@ -18,12 +17,6 @@ __global__ void scale_forward_kernel(std::size_t n, float alpha, float* x) {
 
 __global__ void add_forward_kernel(std::size_t n, const float* x, float* y) {
   for (const std::size_t i : grid_stride(n)) y[i] += x[i];
-}
-
-__global__ void all_finite_forward_kernel(std::size_t n, const float* x, int* flag) {
-  for (const std::size_t i : grid_stride(n)) {
-    if (!isfinite(x[i])) *flag = 0;
-  }
 }
 
 __global__ void broadcast_rows_forward_kernel(std::size_t total, int out, const float* bias,
@@ -46,11 +39,6 @@ void scale(cudaStream_t stream, std::size_t n, float alpha, float* x) {
 void add(cudaStream_t stream, std::size_t n, const float* x, float* y) {
   MNIST_LAUNCH(add_forward_kernel, grid_for(n), kThreads, 0, stream)(n, x, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "add_forward_kernel");
-}
-
-void all_finite(cudaStream_t stream, std::size_t n, const float* x, int* all_finite_flag) {
-  MNIST_LAUNCH(all_finite_forward_kernel, grid_for(n), kThreads, 0, stream)(n, x, all_finite_flag);
-  MNIST_CUDA_LAUNCH_CHECK(stream, "all_finite_forward_kernel");
 }
 
 void broadcast_rows(cudaStream_t stream, int n, int out, const float* bias, float* y) {

@@ -10,8 +10,6 @@ namespace mnist::cuda {
 void fill(cudaStream_t stream, float* dst, std::size_t n, float value);  // assigns dst
 void scale(cudaStream_t stream, std::size_t n, float alpha, float* x);   // x *= alpha
 void add(cudaStream_t stream, std::size_t n, const float* x, float* y);  // y += x
-// Writes *all_finite_flag = 0 if any x[i] is NaN or infinite; the caller sets it to 1 beforehand.
-void all_finite(cudaStream_t stream, std::size_t n, const float* x, int* all_finite_flag);
 // Assigns y[i, o] = bias[o] for y[n, out] (used to seed a cuBLAS GEMM with beta = 1).
 void broadcast_rows(cudaStream_t stream, int n, int out, const float* bias, float* y);
 
