@@ -47,8 +47,4 @@ void EpochSampler::batch_indices(int64_t step, int batch, int32_t* out) {
   }
 }
 
-double EpochSampler::epochs_after(int64_t steps, int batch) const {
-  return static_cast<double>(steps) * batch / size_;
-}
-
 }  // namespace mnist

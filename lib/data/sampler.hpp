@@ -8,19 +8,30 @@
 // resuming at step s, or splitting the batch across any number of workers, sees the same samples.
 
 #include <cstdint>
-#include <mutex>
+#include <functional>
+#include <memory>
 #include <vector>
 
 namespace mnist {
 
-class EpochSampler {
+// Where a run's batches come from: the dataset indices of the global batch of a step, a pure
+// function of the step. Each worker owns one and draws its own slice from it, so the coordinator
+// sends workers step numbers, and a captured step can upload many steps' indices at once. Not
+// shared between threads (a source may cache).
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // out[0, batch) = dataset indices of the global batch of `step`.
+  virtual void batch_indices(int64_t step, int batch, int32_t* out) = 0;
+};
+// Makes one worker's source. Runs use the epoch sampler (RunInputs); tests inject their own.
+using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>()>;
+
+class EpochSampler : public BatchSource {
  public:
   EpochSampler(int dataset_size, uint64_t seed);
 
-  // out[0, batch) = dataset indices of the global batch of `step`.
-  void batch_indices(int64_t step, int batch, int32_t* out);
-  // Fractional epoch reached after `steps` steps of `batch`.
-  double epochs_after(int64_t steps, int batch) const;
+  void batch_indices(int64_t step, int batch, int32_t* out) override;
   int dataset_size() const { return size_; }
 
  private:
@@ -32,6 +43,11 @@ class EpochSampler {
   int64_t cached_epoch_[2] = {-1, -1};
   std::vector<int32_t> cached_[2];
 };
+
+// Fractional epoch reached after `steps` steps of `batch` over a dataset of `dataset_size`.
+inline double epochs_after(int64_t steps, int batch, int dataset_size) {
+  return static_cast<double>(steps) * batch / dataset_size;
+}
 
 // Splits n samples into `parts` contiguous slices as evenly as possible: slice k is
 // [begin(k), begin(k+1)), sizes differ by at most one, earlier slices take the extra samples.

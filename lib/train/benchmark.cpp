@@ -62,13 +62,9 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
   Backend& be = worker.backend();
   Replica& replica = worker.replica();
 
-  EpochSampler sampler(pool, e.seed);
-  std::vector<int32_t> batch(o.batch);
+  // Each step's batch: the worker's own epoch sampler over the pool, as in training.
   auto lr_at = [&](int64_t step) { return worker.inputs().learning_rate(step, total_steps); };
-  auto one_step = [&](int64_t step) {
-    sampler.batch_indices(step, o.batch, batch.data());
-    worker.train_step(batch.data(), step, lr_at(step), false);
-  };
+  auto one_step = [&](int64_t step) { worker.train_step(step, lr_at(step), false); };
   for (int i = 0; i < o.warmup; ++i) one_step(i);
   worker.synchronize();
   const auto start = Clock::now();
@@ -87,8 +83,7 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
   replica.set_profile(&times);
   for (int i = 0; i < profiled; ++i) {
     const int64_t step = o.warmup + o.steps + i;
-    sampler.batch_indices(step, o.batch, batch.data());
-    worker.gather(batch.data(), step);
+    worker.gather(step);
     worker.forward();
     worker.backward();
     worker.synchronize();

@@ -60,8 +60,7 @@ struct Trainer::Shared {
   double lr = 0;
   int done = 0;
   bool failed = false;
-  std::exception_ptr error;    // the first failure: a worker's, or the watchdog's
-  std::vector<int32_t> batch;  // dataset indices of the current global batch
+  std::exception_ptr error;  // the first failure: a worker's, or the watchdog's
   std::vector<WorkerStatus> status;
   std::vector<std::string> names;  // backend names once known ("cpu1", "gpu0")
   std::vector<StepTimes> times;    // last step's, per worker; read after the step
@@ -88,13 +87,11 @@ Trainer::Trainer(const Experiment& experiment, const Model& model,
   MNIST_CHECK(inputs_->comm->local_size() == local_workers,
               "communicator has {} local workers, trainer {}", inputs_->comm->local_size(),
               local_workers);
-  sampler_ = std::make_unique<EpochSampler>(inputs_->data->train.count, experiment.seed);
   Shared& sh = *shared_;
   sh.inputs = inputs_;
   sh.factory = std::move(factory);
   sh.options = std::move(options);
   sh.first_replica = first_replica;
-  sh.batch.resize(plan_.global_batch);
   sh.status = std::vector<WorkerStatus>(local_workers);
   sh.times.resize(local_workers);
   for (int k = 0; k < local_workers; ++k) sh.names.push_back(fmt::format("worker {}", k));
@@ -212,7 +209,7 @@ void Trainer::worker_main(std::shared_ptr<Shared> keep, int k) {
       }
       if (job == kStop) break;
       if (job == kTrain) {
-        sh.times[k] = worker.train_step(sh.batch.data(), step, lr, want_metrics, enter);
+        sh.times[k] = worker.train_step(step, lr, want_metrics, enter);
         if (k == 0 && want_metrics) worker.metrics(sh.metrics);
       } else if (job == kAverageState) {
         enter(Phase::reduce);
@@ -258,7 +255,6 @@ void Trainer::worker_main(std::shared_ptr<Shared> keep, int k) {
 
 void Trainer::train_step(bool want_metrics) {
   Shared& sh = *shared_;
-  sampler_->batch_indices(next_step_, plan_.global_batch, sh.batch.data());
   {
     std::lock_guard<std::mutex> lock(sh.mutex);
     sh.job_step = next_step_;
@@ -313,7 +309,7 @@ TrainSummary Trainer::run(RunObserver& observer) {
       StepRecord r;
       r.step = next_step_;
       r.total_steps = plan_.steps;
-      r.epoch = sampler_->epochs_after(next_step_, plan_.global_batch);
+      r.epoch = epochs_after(next_step_, plan_.global_batch, inputs_->data->train.count);
       const float samples = std::max(1.0f, sh.metrics[kSamples]);
       r.loss = sh.metrics[kLossSum] / samples;
       r.accuracy = sh.metrics[kCorrect] / samples;

@@ -1,10 +1,11 @@
 #pragma once
 // The data-parallel engine: persistent worker threads (one per device), each running one Worker
 // (train/worker.hpp: its replica and the step's hops), and a coordinator (the thread that calls
-// run()) that draws each step's global batch, hands it to every worker and watches them.
+// run()) that hands every worker the next step number and watches them.
 //
-// One step:  coordinator: learning rate and global batch indices for step s  ──►  every worker k:
-//   Worker::train_step: gather its slice, forward, backward, all-reduce, optimizer update.
+// One step:  coordinator: step s and its learning rate  ──►  every worker k:
+//   Worker::train_step: gather its slice of step s's batch (drawn from its own batch source),
+//   forward, backward, all-reduce, optimizer update.
 // A failure in any worker aborts the communicator (waking the others) and surfaces from the
 // trainer's call as the worker's own exception (same type, so a DataError still exits 2) with
 // "<device> failed at step N in phase 'P': " before its message. A worker that stays in one phase
@@ -153,7 +154,6 @@ class Trainer {
   const BatchPlan& plan_;  // inputs_->plan
   int local_workers_;
   int64_t next_step_ = 0;
-  std::unique_ptr<EpochSampler> sampler_;
   std::shared_ptr<Shared> shared_;
 };
 

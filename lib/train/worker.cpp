@@ -86,9 +86,15 @@ double RunInputs::learning_rate(int64_t step, int64_t total_steps) const {
   return learning_rate_at(experiment.schedule, base, step, total_steps);
 }
 
+std::unique_ptr<BatchSource> RunInputs::make_batch_source() const {
+  if (batch_source) return batch_source();
+  return std::make_unique<EpochSampler>(data->train.count, experiment.seed);
+}
+
 std::shared_ptr<const RunInputs> RunInputs::make(const Experiment& experiment, const Model& model,
                                                  std::shared_ptr<const Dataset> data,
-                                                 std::shared_ptr<Communicator> comm, int replicas) {
+                                                 std::shared_ptr<Communicator> comm, int replicas,
+                                                 BatchSourceFactory batch_source) {
   MNIST_CHECK(data != nullptr, "a run needs a dataset");
   MNIST_CHECK(replicas >= 1, "a run needs at least one replica, got {}", replicas);
   auto inputs = std::make_shared<RunInputs>();
@@ -98,6 +104,7 @@ std::shared_ptr<const RunInputs> RunInputs::make(const Experiment& experiment, c
   inputs->data = std::move(data);
   inputs->comm = std::move(comm);
   inputs->replicas = replicas;
+  inputs->batch_source = std::move(batch_source);
   return inputs;
 }
 
@@ -191,16 +198,13 @@ Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend>
 // The captured step: the graphs, the step scalars they read, the device ring of batch indices
 // their gather reads, and what the host last told the device (to know when the scalars follow).
 //
-// The indices of kRingSteps steps go up in one copy: the worker draws them from its own sampler
-// (the trainer's rule: the batch of a step depends on (seed, step) alone), into slot
-// step % kRingSteps of the device ring, where the captured gather finds them by the device's step.
-// Each step still compares its own slice with the prediction, so a caller that draws batches
-// otherwise (a test's own, a benchmark's pool) gets exactly what it passed: that slot alone goes
-// up again.
+// The indices of kRingSteps steps go up in one copy: the worker draws them from its batch source
+// (a step's batch is a function of the step alone), into slot step % kRingSteps of the device
+// ring, where the captured gather finds them by the device's step.
 struct Worker::Graphs {
   static constexpr int kRingSteps = 64;
-  // Uploads (a fill of kRingSteps slices, or one corrected slice) that may be queued at once: each
-  // has its page-locked staging area, written again only when its copy has certainly run.
+  // Ring fills that may be queued at once: each has its page-locked staging area, written again
+  // only when its copy has certainly run.
   static constexpr int kStagings = 4;
   Backend& be;
   DeviceBuffer<StepScalars> scalars;
@@ -210,23 +214,13 @@ struct Worker::Graphs {
   int64_t next_step = -1;   // the step the device's scalars hold; -1: not set
   double lr = 0;            // the learning rate they hold
   int64_t ring_first = -1;  // the ring holds steps [ring_first, ring_first + kRingSteps); -1: none
-  // What the last fill put in each slot (host copy), and which slots a caller's own batch has
-  // replaced since.
-  std::vector<int32_t> predicted;
-  std::vector<char> replaced;
-  EpochSampler sampler;
-  std::vector<int32_t> global_batch;
   // Uploads so far, and how many of them had certainly been copied at the last wait for the device
   // (counted, not stepped: a restore sends the step number back).
   uint64_t uploads = 0, uploads_done = 0;
-  Graphs(Backend& backend, int slice, int dataset_size, uint64_t seed, int global)
+  Graphs(Backend& backend, int slice)
       : be(backend),
         scalars(backend, 1),
-        ring(backend, static_cast<std::size_t>(kRingSteps) * slice),
-        predicted(ring.size()),
-        replaced(kRingSteps, 0),
-        sampler(dataset_size, seed),
-        global_batch(global) {
+        ring(backend, static_cast<std::size_t>(kRingSteps) * slice) {
     staging = static_cast<int32_t*>(be.allocate_host(sizeof(int32_t) * kStagings * ring.size()));
   }
   ~Graphs() { be.release_host(staging); }
@@ -249,16 +243,24 @@ bool Worker::can_capture() const {
          e.optimizer.kind == OptimizerKind::adam;
 }
 
-StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
-                             const std::function<void(Phase)>& enter) {
+const int32_t* Worker::slice_of(int64_t step) {
+  // Made at the first training step: a worker that only evaluates (no training set) needs none.
+  if (!batches_) {
+    batches_ = inputs_->make_batch_source();
+    global_batch_.resize(inputs_->plan.global_batch);
+  }
+  batches_->batch_indices(step, inputs_->plan.global_batch, global_batch_.data());
+  return global_batch_.data() + slice_lo_;
+}
+
+StepTimes Worker::graph_step(int64_t step, double lr, const std::function<void(Phase)>& enter) {
   const auto t0 = Clock::now();
   enter(Phase::data);
   Backend& be = *backend_;
   const OptimizerConfig& opt = inputs_->experiment.optimizer;
   const bool tensorflow_epsilon = opt.epsilon_style == AdamEpsilon::tensorflow;
   if (!graphs_) {
-    graphs_ = std::make_unique<Graphs>(be, slice_n_, inputs_->data->train.count,
-                                       inputs_->experiment.seed, inputs_->plan.global_batch);
+    graphs_ = std::make_unique<Graphs>(be, slice_n_);
     // Capture: the same hops as the eager step, reading the step scalars.
     pass_.step_scalars = graphs_->scalars.data();
     const int pixels = inputs_->data->train.pixels_per_image();
@@ -303,31 +305,15 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
     g.lr = lr;
   }
   g.next_step = step + 1;
-  // The step's indices: in the device ring since its last fill, unless the step lies outside it
-  // (then kRingSteps steps go up from this one) or the caller's batch is not the sampler's (then
-  // this step's slot goes up again). Queued copies from page-locked memory: nothing waits.
+  // The step's indices: in the device ring since its last fill, unless the step lies outside it;
+  // then kRingSteps steps go up from this one, in one queued copy from page-locked memory.
   const std::size_t slice_bytes = sizeof(int32_t) * slice_n_;
-  const std::size_t slot = static_cast<std::size_t>(step % Graphs::kRingSteps) * slice_n_;
   if (g.ring_first < 0 || step < g.ring_first || step >= g.ring_first + Graphs::kRingSteps) {
-    for (int64_t s = step; s < step + Graphs::kRingSteps; ++s) {
-      g.sampler.batch_indices(s, inputs_->plan.global_batch, g.global_batch.data());
-      std::memcpy(g.predicted.data() + (s % Graphs::kRingSteps) * slice_n_,
-                  g.global_batch.data() + slice_lo_, slice_bytes);
-    }
     int32_t* fill = g.next_staging(*this);
-    std::memcpy(fill, g.predicted.data(), g.ring.bytes());
+    for (int64_t s = step; s < step + Graphs::kRingSteps; ++s)
+      std::memcpy(fill + (s % Graphs::kRingSteps) * slice_n_, slice_of(s), slice_bytes);
     be.copy_to_device_async(g.ring.data(), fill, g.ring.bytes());
-    std::fill(g.replaced.begin(), g.replaced.end(), 0);
     g.ring_first = step;
-  }
-  const bool predicted =
-      std::memcmp(g.predicted.data() + slot, batch + slice_lo_, slice_bytes) == 0;
-  char& replaced = g.replaced[step % Graphs::kRingSteps];
-  if (!predicted || replaced) {
-    int32_t* own = g.next_staging(*this);
-    std::memcpy(own, batch + slice_lo_, slice_bytes);
-    be.copy_to_device_async(g.ring.data() + slot, own, slice_bytes);
-    replaced = !predicted;
   }
   enter(Phase::forward);
   enter(Phase::backward);
@@ -344,15 +330,16 @@ StepTimes Worker::graph_step(const int32_t* batch, int64_t step, double lr,
   return times;
 }
 
-void Worker::gather(const int32_t* batch, int64_t step) {
+void Worker::gather(int64_t step) {
   const Dataset& data = *inputs_->data;
   Backend& be = *backend_;
   const int pixels = data.train.pixels_per_image();
   pass_.step = static_cast<uint32_t>(step);
+  const int32_t* slice = slice_of(step);
   if (shifted_) {
     const Experiment& e = inputs_->experiment;
-    gather_shifted(data.train, batch + slice_lo_, slice_n_, e.seed, step, slice_lo_,
-                   e.data.random_shift, shifted_->host_pixels, shifted_->host_labels);
+    gather_shifted(data.train, slice, slice_n_, e.seed, step, slice_lo_, e.data.random_shift,
+                   shifted_->host_pixels, shifted_->host_labels);
     be.copy_to_device(shifted_->pixels.data(), shifted_->host_pixels.data(),
                       shifted_->host_pixels.size());
     be.copy_to_device(shifted_->labels.data(), shifted_->host_labels.data(),
@@ -360,7 +347,7 @@ void Worker::gather(const int32_t* batch, int64_t step) {
     be.gather_batch(shifted_->pixels.data(), shifted_->labels.data(), pixels,
                     shifted_->in_order.data(), slice_n_, replica_->input(), replica_->labels());
   } else {
-    be.copy_to_device(indices_.data(), batch + slice_lo_, sizeof(int32_t) * slice_n_);
+    be.copy_to_device(indices_.data(), slice, sizeof(int32_t) * slice_n_);
     be.gather_batch(train_pixels_.data(), train_labels_.data(), pixels, indices_.data(), slice_n_,
                     replica_->input(), replica_->labels());
   }
@@ -389,7 +376,7 @@ void Worker::update(double lr) {
   apply_optimizer_step(opt, make_optimizer_step(opt, lr, pass_.step), *replica_);
 }
 
-StepTimes Worker::train_step(const int32_t* batch, int64_t step, double lr, bool want_metrics,
+StepTimes Worker::train_step(int64_t step, double lr, bool want_metrics,
                              const PhaseCallback& on_phase) {
   auto enter = [&](Phase p) {
     if (on_phase) on_phase(p);
@@ -398,11 +385,11 @@ StepTimes Worker::train_step(const int32_t* batch, int64_t step, double lr, bool
   if (can_capture()) {
     // The hops run inside the captured graphs; each phase is entered before the launch that
     // holds it, so hooks and the watchdog see the same sequence as eagerly.
-    const StepTimes times = graph_step(batch, step, lr, enter);
+    const StepTimes times = graph_step(step, lr, enter);
     return times;
   }
   enter(Phase::data);
-  gather(batch, step);
+  gather(step);
   enter(Phase::forward);
   forward();
   enter(Phase::backward);

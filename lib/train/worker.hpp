@@ -4,8 +4,9 @@
 // main thread. All three go through the same set-up (backend, replica, dataset upload, weights) and
 // the same step, so the benchmark times exactly what training runs.
 //
-// One training step of worker k (Worker::train_step):
-//   gather     its slice [slice_begin[k], slice_begin[k+1]) of the global batch, on its device
+// One training step s of worker k (Worker::train_step(s, ...)):
+//   gather     its slice [slice_begin[k], slice_begin[k+1]) of step s's global batch, drawn from
+//              its own batch source (RunInputs::make_batch_source), on its device
 //   forward    every layer + loss (sync batch norm all-reduces statistics here)
 //   backward   gradients of (per-sample loss sum) / global batch into the flat gradient buffer
 //   all_reduce one sum over [gradients | loss sum, correct, samples] across every replica
@@ -17,13 +18,12 @@
 // live in a StepScalars on the device, advanced there by the last kernel of each replay; the host
 // sets them only when they do not follow (the first step, after a restore, a learning rate the
 // schedule changed). The captured gather reads the slice's indices from a device ring of 64 steps,
-// which the worker fills from its own sampler in one queued copy every 64 steps (a step whose
-// batch is not the sampler's sends its own slot again); nothing waits. With one replica the step is
-// one graph (there is nothing to sum); with several, the all-reduce runs between the graph of
-// gather, forward and backward and the graph of the update. Eager instead: data.random_shift
-// (host-side augmentation), sync batch norm over several replicas (collectives inside the forward
-// pass), log_after_update, SGD (its update takes its values by value), and every backend that
-// cannot capture.
+// which the worker fills from its batch source in one queued copy every 64 steps; nothing waits.
+// With one replica the step is one graph (there is nothing to sum); with several, the all-reduce
+// runs between the graph of gather, forward and backward and the graph of the update. Eager
+// instead: data.random_shift (host-side augmentation), sync batch norm over several replicas
+// (collectives inside the forward pass), log_after_update, SGD (its update takes its values by
+// value), and every backend that cannot capture.
 
 #include <cstdint>
 #include <functional>
@@ -35,6 +35,7 @@
 #include "comm/communicator.hpp"
 #include "config/experiment.hpp"
 #include "data/dataset.hpp"
+#include "data/sampler.hpp"
 #include "model/model.hpp"
 #include "model/replica.hpp"
 #include "train/checkpoint.hpp"
@@ -71,6 +72,10 @@ struct RunInputs {
   std::shared_ptr<Communicator> comm;
   BatchPlan plan;
   int replicas = 1;  // across all processes
+  // Each worker's own batch source: the training set's EpochSampler with the run's seed, unless
+  // make() was given another (tests).
+  BatchSourceFactory batch_source;
+  std::unique_ptr<BatchSource> make_batch_source() const;
 
   // The schedule's learning rate for 0-based `step` of `total_steps`, from optimizer.lr (times the
   // replicas with train.scale_lr_with_devices): the one rule the trainer and the benchmark use.
@@ -78,7 +83,8 @@ struct RunInputs {
 
   static std::shared_ptr<const RunInputs> make(const Experiment& experiment, const Model& model,
                                                std::shared_ptr<const Dataset> data,
-                                               std::shared_ptr<Communicator> comm, int replicas);
+                                               std::shared_ptr<Communicator> comm, int replicas,
+                                               BatchSourceFactory batch_source = nullptr);
 };
 
 // Called when a worker enters a hop (the trainer's watchdog and test hooks); may throw.
@@ -104,8 +110,8 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   // ---- the training step, hop by hop --------------------------------------------------------
-  // `batch`: the global batch's dataset indices [plan.global_batch]; `step`: 0-based.
-  void gather(const int32_t* batch, int64_t step);
+  // `step`: 0-based; the batch is the worker's batch source's for that step.
+  void gather(int64_t step);
   void forward();
   void backward();
   void all_reduce();  // the flat gradients and the metric slots, summed over every replica
@@ -113,7 +119,7 @@ class Worker {
   // The whole step: the hops above in order, `on_phase` called before each. With `want_metrics`
   // the summed metric slots are ready for metrics() afterwards (after one more training-mode pass
   // with train.log_after_update). Without them nothing waits for the device.
-  StepTimes train_step(const int32_t* batch, int64_t step, double lr, bool want_metrics,
+  StepTimes train_step(int64_t step, double lr, bool want_metrics,
                        const PhaseCallback& on_phase = nullptr);
 
   // ---- around the steps ---------------------------------------------------------------------
@@ -154,8 +160,9 @@ class Worker {
   // True when there is more than one replica to sum over: every collective hop is skipped
   // otherwise, which for one replica changes no value and saves a communicator call per step.
   bool sums_across_replicas() const { return inputs_->comm && inputs_->replicas > 1; }
-  StepTimes graph_step(const int32_t* batch, int64_t step, double lr,
-                       const std::function<void(Phase)>& enter);
+  StepTimes graph_step(int64_t step, double lr, const std::function<void(Phase)>& enter);
+  // This worker's slice of step `step`'s global batch (valid until the next call).
+  const int32_t* slice_of(int64_t step);
   // Test images [begin, begin + n) into the replica's input, and the pass set to evaluation mode.
   void gather_test(int begin, int n);
 
@@ -167,6 +174,8 @@ class Worker {
   DeviceBuffer<uint8_t> train_pixels_, train_labels_, test_pixels_, test_labels_;
   DeviceBuffer<int32_t> indices_;
   std::vector<int32_t> host_indices_;
+  std::unique_ptr<BatchSource> batches_;
+  std::vector<int32_t> global_batch_;  // the last step's global batch, drawn by slice_of
   std::unique_ptr<Shifted> shifted_;
   std::unique_ptr<Graphs> graphs_;
   PassContext pass_;

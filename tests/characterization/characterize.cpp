@@ -35,7 +35,6 @@
 #include "config/experiment.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
-#include "data/sampler.hpp"
 #include "model/model.hpp"
 #include "train/worker.hpp"
 
@@ -112,12 +111,9 @@ uint64_t characterize(const Experiment& base, const Model& model,
   e.train.cuda_graph = captured;
   auto inputs = RunInputs::make(e, model, data, nullptr, 1);
   Worker worker(inputs, std::move(backend), 0, 0);
-  EpochSampler sampler(data->train.count, e.seed);
-  std::vector<int32_t> batch(inputs->plan.global_batch);
   Fnv1a hash;
   for (int64_t step = 0; step < kSteps; ++step) {
-    sampler.batch_indices(step, inputs->plan.global_batch, batch.data());
-    worker.train_step(batch.data(), step, inputs->learning_rate(step, inputs->plan.steps), true);
+    worker.train_step(step, inputs->learning_rate(step, inputs->plan.steps), true);
     float metrics[kMetricSlots];
     worker.metrics(metrics);
     hash.add(metrics, sizeof metrics);
