@@ -4,7 +4,7 @@
 # ---- CUDA ---------------------------------------------------------------------------------------
 set(cuda_found FALSE)
 if(MNIST_CUDA_EMULATION)
-  # The CUDA code compiled as plain C++ against lib/backend/cuda/emulation (no toolkit, no GPU):
+  # The CUDA code compiled as plain C++ against tools/cuda_emulation (no toolkit, no GPU):
   # the CUDA backend and the NCCL communicator are built, cuDNN is not (it is not emulated).
   if(MNIST_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "MNIST_CUDA_EMULATION=ON builds the CUDA backend; it contradicts MNIST_CUDA=OFF")
@@ -54,7 +54,7 @@ endif()
 set(cudnn_found FALSE)
 set(nccl_found FALSE)
 if(MNIST_CUDA_EMULATION)
-  set(nccl_found TRUE)  # the stand-in of lib/backend/cuda/emulation/nccl.hpp
+  set(nccl_found TRUE)  # the stand-in of tools/cuda_emulation/nccl.hpp
 elseif(MNIST_WITH_CUDA)
   set(hints ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib ${CUDAToolkit_LIBRARY_ROOT}/lib64)
   if(NOT MNIST_CUDNN STREQUAL "OFF")

@@ -63,7 +63,7 @@ sanitizer_build() {
     -DMNIST_WERROR=ON -DMNIST_CUDA=OFF -DMNIST_MPI=OFF --target "$@"
 }
 
-# The CUDA code on the CPU emulation of CUDA (lib/backend/cuda/emulation): the emulated build in
+# The CUDA code on the CPU emulation of CUDA (tools/cuda_emulation): the emulated build in
 # build-emu/ (ccache, when CMAKE_CXX_COMPILER_LAUNCHER=ccache, reuses the objects the two builds
 # share) and its tests, label `emulated`.
 emulated_job() {

@@ -1,4 +1,4 @@
 // Entry point of emulation_tests: the self-test of the CPU emulation of CUDA
-// (lib/backend/cuda/emulation). Built only with MNIST_CUDA_EMULATION=ON.
+// (tools/cuda_emulation). Built only with MNIST_CUDA_EMULATION=ON.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>

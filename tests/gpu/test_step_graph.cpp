@@ -2,7 +2,7 @@
 // device memory (StepScalars) against their CPU twin, the ops that read them against the same ops
 // taking the values by value, and the seed network's whole step replayed over several steps
 // against eager launches, bit for bit, with its launches and host waits counted. On the emulated
-// build the graph is the emulator's (lib/backend/cuda/emulation); only a GPU runs CUDA's.
+// build the graph is the emulator's (tools/cuda_emulation); only a GPU runs CUDA's.
 #include <catch2/catch.hpp>
 
 #include <cstdint>

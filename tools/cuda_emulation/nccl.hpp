@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/emulation/runtime.hpp"
+#include "cuda_emulation/runtime.hpp"
 
 #define NCCL_MAJOR 0
 #define NCCL_MINOR 0

@@ -28,7 +28,7 @@
 // warps-reverse | warps-random run each warp (lanes in that order) as far as it can get before
 // the next warp starts, warps taken in that order. MNIST_CUDA_EMULATION_SEED seeds "random".
 
-#include "backend/cuda/emulation/runtime.hpp"
+#include "cuda_emulation/runtime.hpp"
 
 #include <sys/mman.h>
 

@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "backend/cuda/emulation/execution.hpp"
-#include "backend/cuda/emulation/runtime.hpp"
+#include "cuda_emulation/execution.hpp"
+#include "cuda_emulation/runtime.hpp"
 
 enum cublasStatus_t {
   CUBLAS_STATUS_SUCCESS = 0,

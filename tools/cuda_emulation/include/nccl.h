@@ -1,3 +1,3 @@
 #pragma once
 // The emulated build's stand-in for NCCL (ranks in one process; see ../nccl.hpp).
-#include "backend/cuda/emulation/nccl.hpp"
+#include "cuda_emulation/nccl.hpp"
