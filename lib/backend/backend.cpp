@@ -17,7 +17,7 @@ namespace mnist {
 std::vector<Engine> cuda_engines() {
   std::vector<Engine> out;
   if (!MNIST_HAVE_CUDA) return out;
-  for (Engine e : engines_of(BackendChoice::cuda)) {
+  for (Engine e : engines_run_by(/*cuda=*/true)) {
     if (e != Engine::cudnn || MNIST_HAVE_CUDNN) out.push_back(e);
   }
   return out;

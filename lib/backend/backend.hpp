@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "backend/kernel_args.hpp"
-#include "config/spellings.hpp"
+#include "core/engine.hpp"
 #include "core/rng.hpp"
 
 namespace mnist {

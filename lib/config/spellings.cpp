@@ -42,17 +42,6 @@ const std::vector<Spelling<GpuSelection>>& spellings(GpuSelection) {
   return rows;
 }
 
-const std::vector<EngineSpelling>& spellings(Engine) {
-  static const std::vector<EngineSpelling> rows = {
-      {"native", Engine::native, /*cpu=*/true, /*cuda=*/true},
-      {"cublas", Engine::cublas, /*cpu=*/false, /*cuda=*/true},
-      {"cudnn", Engine::cudnn, /*cpu=*/false, /*cuda=*/true},
-      {"fused", Engine::fused, /*cpu=*/false, /*cuda=*/true},
-      {"blas", Engine::blas, /*cpu=*/true, /*cuda=*/false},
-  };
-  return rows;
-}
-
 const std::vector<Spelling<BatchNormMode>>& spellings(BatchNormMode) {
   static const std::vector<Spelling<BatchNormMode>> rows = {{"local", BatchNormMode::local},
                                                             {"sync", BatchNormMode::sync}};
@@ -101,20 +90,11 @@ Engine parse_engine(const std::string& name, const std::string& what) {
               fmt::join(spelling_names<Engine>(), ", "));
 }
 
-std::string engine_names(const std::vector<Engine>& engines) {
-  std::vector<std::string> names;
-  for (Engine e : engines) names.push_back(to_string(e));
-  return fmt::format("{}", fmt::join(names, ", "));
-}
-
 std::vector<Engine> engines_of(BackendChoice backend) {
+  if (backend == BackendChoice::cpu) return engines_run_by(false);
+  if (backend == BackendChoice::cuda) return engines_run_by(true);
   std::vector<Engine> out;
-  for (const EngineSpelling& row : spellings(Engine{})) {
-    const bool runs = backend == BackendChoice::cpu    ? row.cpu
-                      : backend == BackendChoice::cuda ? row.cuda
-                                                       : row.cpu || row.cuda;
-    if (runs) out.push_back(row.value);
-  }
+  for (const EngineSpelling& row : spellings(Engine{})) out.push_back(row.value);
   return out;
 }
 

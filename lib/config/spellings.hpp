@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/engine.hpp"  // Engine and its table, shared with the backends
+
 namespace mnist {
 
 enum class LayerKind { conv2d, max_pool, batch_norm, relu, dense, dropout, flatten };
@@ -21,8 +23,6 @@ enum class InitKind { truncated_normal, he_normal, glorot_uniform, zeros };
 enum class BackendChoice { auto_select, cpu, cuda };
 // devices.gpus: the string "all", a YAML list of ordinals, or "auto:N".
 enum class GpuSelection { all, list, auto_count };
-// devices.engine: which implementation runs the heavy ops (backend.hpp's BackendOptions).
-enum class Engine { native, cublas, cudnn, fused, blas };
 enum class BatchNormMode { local, sync };
 enum class LogFormat { standard, seed };
 enum class OptimizerKind { adam, sgd };
@@ -40,22 +40,13 @@ struct Spelling {
   E value;
 };
 
-// An engine's row also says which backends run it: the config refuses an engine of the other
-// backend, and the device plan checks it once backend auto has chosen.
-struct EngineSpelling {
-  const char* name;
-  Engine value;
-  bool cpu;   // the CPU backend runs it (in builds that have it: cpu_engines())
-  bool cuda;  // the CUDA backend runs it (cudnn: in builds with cuDNN)
-};
-
 // The tables, chosen by the enum type of the (ignored) argument: spellings(Engine{}).
 const std::vector<Spelling<LayerKind>>& spellings(LayerKind);
 const std::vector<Spelling<PaddingMode>>& spellings(PaddingMode);  // same, valid (pixels: a number)
 const std::vector<Spelling<InitKind>>& spellings(InitKind);
 const std::vector<Spelling<BackendChoice>>& spellings(BackendChoice);
 const std::vector<Spelling<GpuSelection>>& spellings(GpuSelection);  // all, list, auto
-const std::vector<EngineSpelling>& spellings(Engine);
+// spellings(Engine): core/engine.hpp.
 const std::vector<Spelling<BatchNormMode>>& spellings(BatchNormMode);
 const std::vector<Spelling<LogFormat>>& spellings(LogFormat);
 const std::vector<Spelling<OptimizerKind>>& spellings(OptimizerKind);
@@ -96,9 +87,6 @@ std::optional<E> from_string(const std::string& name) {
 // The value spelled `name`; otherwise throws ConfigError "<what>: unknown '<name>'; known: a,
 // b, c" (for spellings that come from elsewhere than a config file: a command-line list).
 Engine parse_engine(const std::string& name, const std::string& what);
-
-// "native, blas": the spellings of `engines`, for messages that list what is allowed.
-std::string engine_names(const std::vector<Engine>& engines);
 
 // The engines `backend` runs (table order): CPU native, blas; CUDA native, cublas, cudnn, fused.
 std::vector<Engine> engines_of(BackendChoice backend);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "config/spellings.hpp"
 #include "gpu/gpu_support.hpp"
 
 using namespace gpu_test;

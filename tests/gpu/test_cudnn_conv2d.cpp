@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "config/spellings.hpp"
 #include "build_info.hpp"
 #include "gpu/gpu_support.hpp"
 

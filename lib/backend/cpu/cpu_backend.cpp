@@ -265,7 +265,7 @@ class CpuBackend final : public Backend {
 
 std::vector<Engine> cpu_engines() {
   std::vector<Engine> out;
-  for (Engine e : engines_of(BackendChoice::cpu)) {
+  for (Engine e : engines_run_by(/*cuda=*/false)) {
 #if !defined(MNIST_WITH_BLAS)
     if (e == Engine::blas) continue;
 #endif

@@ -59,7 +59,7 @@ Engine checked_engine(Engine engine, int ordinal) {
   const std::vector<Engine> engines = cuda_engines();
   if (std::find(engines.begin(), engines.end(), engine) == engines.end()) {
     MNIST_THROW(RuntimeError, "GPU {}: engine '{}' is not a CUDA engine; known: {}", ordinal,
-                to_string(engine), engine_names(engines_of(BackendChoice::cuda)));
+                to_string(engine), engine_names(engines_run_by(/*cuda=*/true)));
   }
   return engine;
 }
