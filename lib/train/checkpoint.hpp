@@ -32,6 +32,7 @@
 #include "config/experiment.hpp"
 #include "config/math_config.hpp"
 #include "model/model.hpp"
+#include "train/checkpoint_state.hpp"
 
 namespace mnist {
 
@@ -55,19 +56,7 @@ inline constexpr const char* kSamplerName = "epoch-permutation/v1";
 // safetensors' own limit on the header; anything larger is damage, not a checkpoint.
 inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-// Everything a resume needs. Vectors are host copies of the replica's flat buffers.
-struct CheckpointState {
-  int64_t step = 0;            // steps completed: training resumes with step `step` (0-based)
-  double epoch = 0;            // informational
-  std::string data_source;     // Dataset::provenance
-  std::vector<float> params;   // [model.param_count()]
-  std::vector<float> state;    // [model.state_count()]
-  std::vector<float> moment1;  // [model.param_count()]: Adam m, or SGD velocity
-  std::vector<float> moment2;  // [model.param_count()] for Adam; empty for SGD
-  // save: extra keys to record besides the required ones (a required key here is an error).
-  // load: every metadata key of the file, required ones included.
-  std::map<std::string, std::string> metadata;
-};
+// CheckpointState: train/checkpoint_state.hpp.
 
 // Writes `ckpt` for `model` to `path` atomically: the bytes go to a temporary file in the same
 // directory, which is fsynced and renamed over `path`, then the directory is fsynced. A crash at

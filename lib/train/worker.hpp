@@ -38,7 +38,7 @@
 #include "data/sampler.hpp"
 #include "model/model.hpp"
 #include "model/replica.hpp"
-#include "train/checkpoint.hpp"
+#include "train/checkpoint_state.hpp"
 
 namespace mnist {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "config/spellings.hpp"
 #include "build_info.hpp"
+#include "config/spellings.hpp"
 #include "gpu/gpu_support.hpp"
 
 using namespace gpu_test;
