@@ -20,9 +20,8 @@
 // and dx match the CPU bit for bit on equal inputs; the reduce's sums differ from the CPU's only in
 // the order of double additions.
 //
-// Measured on an H200 (ncu, fused engine, batch 1024; docs/gpu_speed.md): forward 9.1 us and
-// backward reduce 16.5 us a block (19.7 before its window loads were batched), the apply staged
-// inside the convolutions' backward.
+// Measured times: docs/gpu_speed.md ("the fused step kernel by kernel"); the backward apply is
+// staged inside the convolutions' backward.
 // Performance model made before that (an ESTIMATE from the bytes moved at ~4 TB/s): the
 // seed network at batch 1024 on an H200. Block 1 (6 x 28x28, x 19.3 MB, y 4.8 MB, mask 1.2 MB):
 // forward 25 MB ~6 us, backward_reduce ~24 MB (x read at the winners touches ~94% of its sectors)
@@ -116,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
   // the buffers is sample * c + ch. A thread takes j = first, first + step, ... and adds them in
   // that order, kBatch at a time: the batch's mask and dy loads go out together, then its x loads
   // (whose addresses need the masks), then the adds in j order. (One j at a time, the two
-  // dependent loads of each window set the kernel's time: ~56% of its stall samples on an H200.)
+  // dependent loads of each window set the kernel's time: docs/gpu_speed.md, "kernel notes".)
   constexpr int kBatch = 4;
   const std::size_t step = static_cast<std::size_t>(chunks) * kThreads;
   for (std::size_t first = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x;

@@ -17,15 +17,13 @@
 //     of the gradient that reached it (conv_block_gradient.cuh's apply_value, the CPU's rounding),
 //     each feature's terms computed once per block into shared memory: the apply is never stored.
 //
-// Measured on an H200 (ncu, batch 1024, 588 -> 100; docs/gpu_speed.md): forward 32 us, backward
-// 34 us, after their splits (67 and 228 us without). The model made before any GPU ran it (an
-// ESTIMATE, wrong by 5-30x: the tiles' long k loops on few blocks are latency-bound), seed
-// network at batch 1024, 588 -> 100
-// on an H200: forward 0.12 GFLOP in 32 tiles, ~4-6 us (the GEMM is latency-bound at this size; the
-// sums add 16 x 64 doubles per block and the last block's 16 x 200 adds, ~1 us); backward 0.24
-// GFLOP in 40 tiles, ~6-8 us, its apply 5 float operations per staged dy value (each staged by ~10
-// tiles), against one 0.8 MB read the materialized apply would save: about even, and one launch
-// (~3 us eagerly) fewer.
+// Measured times, before and after the splits below: docs/gpu_speed.md. The model made before
+// any GPU ran it (an ESTIMATE, wrong by 5-30x: the tiles' long k loops on few blocks are
+// latency-bound), seed network at batch 1024, 588 -> 100 on an H200: forward 0.12 GFLOP in 32
+// tiles, ~4-6 us (the GEMM is latency-bound at this size; the sums add 16 x 64 doubles per block
+// and the last block's 16 x 200 adds, ~1 us); backward 0.24 GFLOP in 40 tiles, ~6-8 us, its
+// apply 5 float operations per staged dy value (each staged by ~10 tiles), against one 0.8 MB
+// read the materialized apply would save: about even, and one launch (~3 us eagerly) fewer.
 #include "backend/cuda/dense.hpp"
 
 #include <algorithm>
@@ -111,11 +109,12 @@ __device__ __forceinline__ bool add_split_sums(float (&acc)[4][4], float* tile_s
 // grid of ceil(in/64) columns), `splits` blocks per tile, the rest dense_backward_data_kernel's
 // (over ceil(in/64) columns too).
 // The weights' GEMM sums over the batch (k = n), so one block per tile leaves a long serial loop
-// on a few blocks (20 tiles for 588 -> 100, 64 k-steps each at batch 1024: ~230 us on an H200,
-// measured). With splits > 1, block s of a tile sums rows [s * split_rows, (s + 1) * split_rows)
-// into its own slot of `partial` ([weight_tiles][splits][64 * 64] floats); the last of the tile's
-// blocks to arrive (launch.cuh, on counters[tile]) adds the slots in split order (fixed, so the
-// bits repeat from run to run) and stores dweight.
+// on a few blocks (20 tiles for 588 -> 100, 64 k-steps each at batch 1024: the step's largest
+// kernel when it was measured, docs/gpu_speed.md). With splits > 1, block s of a tile sums rows
+// [s * split_rows, (s + 1) * split_rows) into its own slot of `partial`
+// ([weight_tiles][splits][64 * 64] floats); the last of the tile's blocks to arrive (launch.cuh,
+// on counters[tile]) adds the slots in split order (fixed, so the bits repeat from run to run)
+// and stores dweight.
 // dy comes from a source (conv_block_gradient.cuh's interface, with hw = 1: element (row, o) at
 // offset row * out + o): memory, or the batch norm's backward apply computed as it is staged.
 // A block with no data tile left (dx nullptr) runs only the weights' tiles.
@@ -322,8 +321,9 @@ namespace {
 
 // How dense_forward_batch_norm splits its k (in): enough blocks to fill an H200 (132 SMs, ~4
 // blocks each) where the tiles alone are few (588 -> 100 at batch 1024: 32 tiles of 37 k-steps,
-// 67 us measured on an H200), each split at least kMinSplitK inputs (8 k-steps), a counter per
-// tile besides the tiles' own. A function of the shape alone: the same bits every run.
+// 14% achieved occupancy when measured, docs/gpu_speed.md), each split at least kMinSplitK inputs
+// (8 k-steps), a counter per tile besides the tiles' own. A function of the shape alone: the same
+// bits every run.
 constexpr int kMinSplitK = 128, kForwardBlocksWanted = 512, kMaxForwardSplits = 16;
 struct ForwardSplit {
   int splits = 1, k = 0;

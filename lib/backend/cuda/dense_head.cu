@@ -13,14 +13,12 @@
 // follow softmax_cross_entropy.cu: each block's loss and hit count go with its partial, and the
 // last block adds them in block order, as the gradients (no atomics: the same bits every run).
 //
-// Measured on an H200 (ncu, batch 1024; docs/gpu_speed.md): 52 us compiled for 10 classes (62 us
-// for 16: 195 registers a thread, one block per SM, 32 blocks). ncu's stall samples: the rows
-// (~2,300 instructions each, 4 per warp, 2 warps per scheduler to hide their latency) and the
-// warp-ordered sums' barriers (8 phases, 7 warps waiting in each). The model made before (an
-// ESTIMATE, wrong by 12x): at n = 1024, in = 100, k = 10 the head is 6 MFLOP and 0.4 MB of x; the
-// kernel is bound by its latency (~4 dependent rows per warp, each ~300 instructions, plus the last
-// block's 32 x 1010 partials): ~5 us, against ~5 launches (dense forward, loss, weight and bias
-// gradients, dense backward data) of ~3 us each eagerly.
+// Measured times and ncu's stall samples: docs/gpu_speed.md ("the fused step kernel by kernel",
+// "kernel notes"); the kernel is compiled for at most 10 classes when the network has 10. The
+// model made before (an ESTIMATE, wrong by 12x): at n = 1024, in = 100, k = 10 the head is 6 MFLOP
+// and 0.4 MB of x; the kernel is bound by its latency (~4 dependent rows per warp, each ~300
+// instructions, plus the last block's 32 x 1010 partials): ~5 us, against ~5 launches (dense
+// forward, loss, weight and bias gradients, dense backward data) of ~3 us each eagerly.
 #include "backend/cuda/dense_head.hpp"
 
 #include <algorithm>
@@ -74,6 +72,9 @@ __host__ __device__ inline int partial_row(int in, int k, bool block) {
 // The kernel's shared memory, at namespace scope so that its two instantiations (KC = 10 and 16)
 // share one copy: the CUDA emulation poisons the whole __shared__ section at the start of every
 // block of every kernel, and a copy per instantiation would make every emulated launch slower.
+// On a GPU the KC = 10 kernel then reserves the KC = 16 sizes (about 19 KB a block); the head ran
+// one block per SM, bound by its registers (docs/gpu_speed.md, "kernel notes"), where those bytes
+// change nothing. Should it become bound by shared memory, per-instantiation arrays are the fix.
 __shared__ float w_s[kMaxClasses * kMaxIn];
 __shared__ float sums[kMaxClasses * kMaxIn + kMaxClasses];
 __shared__ double block_sums[2 * kMaxIn];  // with a block: its sums, warps added in order

@@ -37,15 +37,14 @@
 // partials reduce needs only its 32 warp sums. One pool, not a
 // static array per instantiation, because the CUDA emulation poisons the whole __shared__ section
 // at the start of every block of every kernel: per-instantiation arrays would make every emulated
-// launch of the project slower. The host planners (plan_correlation, plan_weights) shrink tiles
+// launch of the project slower. On a GPU every tile kernel then reserves the whole pool; the
+// measured kernels' occupancy (31-50%, docs/gpu_speed.md "kernel notes") went with their 64-80
+// registers a thread, and 24 KB a block caps an SM only above 9 blocks, so the emulation's shape
+// costs nothing measured there. The host planners (plan_correlation, plan_weights) shrink tiles
 // until they fit.
 //
-// Measured on an H200 (ncu, fused engine, batch 1024; docs/gpu_speed.md): conv1 forward 26 us,
-// conv2 forward 49 us, conv2 backward (weights and data, one grid) 107 us, conv1 backward 61 us
-// (38, 56, 177 and 82 before staging batched its loads, stage()): still about twice the model
-// below, which assumed 40-50% of FP32 peak. ncu: 31-50% theoretical occupancy (64-80 registers a
-// thread); after the staging change, conv2's backward issues ~67 M instructions for 22.6 M warp
-// FMAs (the staging's address arithmetic and the block-gradient source's apply among them).
+// Measured times and what ncu found in these kernels: docs/gpu_speed.md ("the fused step kernel
+// by kernel", "kernel notes"); they are about twice the model below.
 // The model made before any GPU ran this (FP32 67 TFLOP/s, HBM 4.8 TB/s), an ESTIMATE: time is
 // max(bytes / 4.8 TB/s, FLOPs / (67 TFLOP/s * efficiency)) with an assumed efficiency of 50% for
 // the correlations (about one shared-memory load per 5-6 FMAs, 77-88% of lanes holding a pixel)
