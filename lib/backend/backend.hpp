@@ -413,7 +413,8 @@ class Backend {
 };
 
 // How a backend is built. `engine` picks the implementation of the heavy ops (the engine table,
-// with the backends that run each, is config/spellings.cpp).
+// with the backends that run each, is core/engine.cpp; what each CUDA engine is made of,
+// backend/cuda/engine_parts.hpp).
 // CUDA: native every kernel hand-written, one per op; cublas dense layers through cuBLAS;
 //   cudnn convolutions through cuDNN, dense through cuBLAS; fused hand-written, with the conv
 //   blocks (fuses_conv_block, conv_block_backward), the dense blocks (fuses_dense_block) and the

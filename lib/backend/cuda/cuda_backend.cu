@@ -1,12 +1,11 @@
 // CudaBackend: the Backend interface (backend/backend.hpp) on one CUDA device.
 //
-// It owns one device, one non-blocking stream, a cuBLAS handle (engines "cublas" and "cudnn"), a
-// cuDNN convolution engine (engine "cudnn", when built with cuDNN), and small scratch buffers made
-// once at construction (reduction partials, block counters), so no call allocates.
+// It owns one device, one non-blocking stream, small scratch buffers made once at construction
+// (reduction partials, block counters), so no call allocates, and its engine's parts
+// (engine_parts.hpp: the convolutions, the dense layers, the fused blocks when the engine fuses),
+// chosen once there: no method asks which engine it runs.
 // Every method first makes its device current: a backend may be built on one thread and driven by
 // a worker thread, and the current device is per thread.
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -17,16 +16,14 @@
 #include "backend/backend.hpp"
 #include "backend/cuda/batch_norm.hpp"
 #include "backend/cuda/channel_reduce.cuh"
-#include "backend/cuda/conv2d.hpp"
-#include "backend/cuda/conv_block.hpp"
 #include "backend/cuda/conv_block_gradient.cuh"
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/dense.hpp"
-#include "backend/cuda/dense_block.hpp"
 #include "backend/cuda/dense_head.hpp"
 #include "backend/cuda/direct_conv.hpp"
 #include "backend/cuda/dropout.hpp"
 #include "backend/cuda/elementwise.hpp"
+#include "backend/cuda/engine_parts.hpp"
+#include "backend/cuda/fused_blocks.hpp"
 #include "backend/cuda/gather_batch.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/max_pool.hpp"
@@ -37,10 +34,6 @@
 #include "backend/cuda_devices.hpp"
 #include "build_info.hpp"
 #include "core/error.hpp"
-
-#if MNIST_HAVE_CUDNN
-#include "backend/cuda/cudnn_conv2d.hpp"
-#endif
 
 namespace mnist {
 namespace {
@@ -128,15 +121,6 @@ class CudaBackend final : public Backend {
     name_ = fmt::format("gpu{} ({}, {})", ordinal_, prop.name, bus);
     MNIST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     counted_ = cuda::StreamCountsRegistration(stream_, &counts_);
-    if (uses_cublas()) {
-      MNIST_CUBLAS_CHECK(cublasCreate(&cublas_));
-      MNIST_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-      // DEFAULT keeps FP32 products in FP32 (no TF32), so cuBLAS meets the same tolerances.
-      MNIST_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    }
-#if MNIST_HAVE_CUDNN
-    if (engine_ == Engine::cudnn) cudnn_ = std::make_unique<cuda::CudnnConv2d>(stream_);
-#endif
     scratch_.partial = static_cast<double2*>(allocate(kReduceScratchEntries * sizeof(double2)));
     scratch_.capacity = kReduceScratchEntries;
     // The stream's block counters (launch.cuh, arrive_last): zero now, and every kernel that
@@ -145,6 +129,8 @@ class CudaBackend final : public Backend {
     MNIST_CUDA_CHECK(
         cudaMemsetAsync(block_counter_, 0, cuda::kBlockCounters * sizeof(unsigned), stream_));
     MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    parts_ = cuda::make_engine_parts(
+        engine_, cuda::StreamResources{stream_, block_counter_, scratch_}, name_);
   }
 
   void release_all() noexcept {
@@ -157,10 +143,7 @@ class CudaBackend final : public Backend {
     }
     if (stream_) cudaStreamSynchronize(stream_);
     counted_ = cuda::StreamCountsRegistration();  // before the stream's handle can be reused
-#if MNIST_HAVE_CUDNN
-    cudnn_.reset();
-#endif
-    if (cublas_) cublasDestroy(cublas_);
+    parts_ = cuda::EngineParts();                 // the library handles, bound to the stream
     if (scratch_.partial) cudaFree(scratch_.partial);
     if (block_counter_) cudaFree(block_counter_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -168,15 +151,9 @@ class CudaBackend final : public Backend {
   }
 
  public:
-  DeviceKind kind() const override {
-    return DeviceKind::cuda;
-  }
-  std::string name() const override {
-    return name_;
-  }
-  void* stream_handle() const override {
-    return static_cast<void*>(stream_);
-  }
+  DeviceKind kind() const override { return DeviceKind::cuda; }
+  std::string name() const override { return name_; }
+  void* stream_handle() const override { return static_cast<void*>(stream_); }
   LaunchCounts counts() const override {
     LaunchCounts c;
     each_count(counts_, c, [](const auto& counter, uint64_t& value) { value = counter.load(); });
@@ -272,60 +249,38 @@ class CudaBackend final : public Backend {
     cuda::gather_batch(stream_, images, labels, pixels, ring, ring_steps, step, n, x, y);
   }
 
-  // ---- convolution ----------------------------------------------------------------------------
+  // ---- convolution (the engine's Convolutions; its chains where it does not fuse) ---------------
   std::size_t conv2d_workspace_floats(const Conv2dGeom& g) override {
     activate();
-    std::size_t floats = cuda::conv2d_workspace_floats(g);  // also covers a native fallback
-#if MNIST_HAVE_CUDNN
-    // Not through use_cudnn(): that plans under the workspace promised so far for this shape,
-    // which is what this call must be free to raise (cudnn_conv2d.hpp).
-    if (engine_ == Engine::cudnn) floats = std::max(floats, cudnn_->workspace_floats(g));
-#endif
-    return std::max<std::size_t>(floats, 1);
+    return parts_.convolutions->workspace_floats(g);
   }
   Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) override {
     activate();
-#if MNIST_HAVE_CUDNN
-    if (engine_ == Engine::cudnn) return cudnn_->algorithms(g);
-#endif
-    const std::string name = cuda::conv2d_implementation(g);
-    return Conv2dAlgorithms{name, name, name};
+    return parts_.convolutions->algorithms(g);
   }
   void conv2d_forward(const Conv2dGeom& g, const float* x, const float* weight, const float* bias,
                       float* y, float* workspace) override {
     activate();
-#if MNIST_HAVE_CUDNN
-    if (use_cudnn(g)) return cudnn_->forward(g, x, weight, bias, y, workspace);
-#endif
-    (void)workspace;
-    cuda::conv2d_forward(stream_, g, x, weight, bias, y);
+    parts_.convolutions->forward(g, x, weight, bias, y, workspace);
   }
   void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
                             const float* bias, float* y, float* sum, float* sumsq,
                             float* workspace) override {
     activate();
-#if MNIST_HAVE_CUDNN
-    if (use_cudnn(g)) {
+    if (!parts_.convolutions->fuses(g))
       return Backend::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
-    }
-#endif
-    cuda::conv2d_forward_stats(stream_, g, x, weight, bias, y, sum, sumsq, nullptr, block_counter_,
-                               workspace, scratch_);
+    parts_.convolutions->forward_stats(g, x, weight, bias, y, sum, sumsq, nullptr, workspace);
   }
   void conv2d_forward_batch_norm(const Conv2dGeom& g, const float* x, const float* weight,
                                  const float* bias, float* y, float* sum, float* sumsq,
                                  const BatchNormFinalize& bn, float* workspace) override {
     activate();
-#if MNIST_HAVE_CUDNN
-    if (use_cudnn(g)) {
+    if (!parts_.convolutions->fuses(g))
       return Backend::conv2d_forward_batch_norm(g, x, weight, bias, y, sum, sumsq, bn, workspace);
-    }
-#endif
-    cuda::conv2d_forward_stats(stream_, g, x, weight, bias, y, sum, sumsq, &bn, block_counter_,
-                               workspace, scratch_);
+    parts_.convolutions->forward_stats(g, x, weight, bias, y, sum, sumsq, &bn, workspace);
   }
   bool fuses_gather(const Conv2dGeom& g) const override {
-    return engine_ == Engine::fused && cuda::direct_conv_gathers(g);
+    return parts_.fused && parts_.fused->takes_gathered_convolution(g);
   }
   void conv2d_forward_batch_norm_gathered(const Conv2dGeom& g, const BatchGather& batch,
                                           const float* weight, const float* bias, float* y,
@@ -335,36 +290,25 @@ class CudaBackend final : public Backend {
       return Backend::conv2d_forward_batch_norm_gathered(g, batch, weight, bias, y, sum, sumsq, bn,
                                                          workspace);
     activate();
-    cuda::direct_conv2d_forward_gathered(stream_, g, batch, weight, bias, y, sum, sumsq, &bn,
-                                         block_counter_, workspace);
+    parts_.fused->conv2d_forward_batch_norm_gathered(g, batch, weight, bias, y, sum, sumsq, bn,
+                                                     workspace);
   }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
     activate();
-#if MNIST_HAVE_CUDNN
-    if (use_cudnn(g)) return cudnn_->backward_data(g, dy, weight, dx, workspace);
-#endif
-    (void)workspace;
-    cuda::conv2d_backward_data(stream_, g, dy, weight, dx);
+    parts_.convolutions->backward_data(g, dy, weight, dx, workspace);
   }
   void conv2d_backward(const Conv2dGeom& g, const float* x, const float* dy, const float* weight,
                        float* dweight, float* dbias, float* dx, float* workspace) override {
     activate();
-#if MNIST_HAVE_CUDNN
-    if (use_cudnn(g))
+    if (!parts_.convolutions->fuses(g))
       return Backend::conv2d_backward(g, x, dy, weight, dweight, dbias, dx, workspace);
-#endif
-    cuda::conv2d_backward(stream_, g, x, dy, weight, dweight, dbias, dx, block_counter_, workspace,
-                          scratch_);
+    parts_.convolutions->backward(g, x, dy, weight, dweight, dbias, dx, workspace);
   }
   void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy, float* dweight,
                                float* dbias, float* workspace) override {
     activate();
-#if MNIST_HAVE_CUDNN
-    if (use_cudnn(g)) return cudnn_->backward_weights(g, x, dy, dweight, dbias, workspace);
-#endif
-    cuda::conv2d_backward_weights(stream_, g, x, dy, dweight, dbias, block_counter_, workspace,
-                                  scratch_);
+    parts_.convolutions->backward_weights(g, x, dy, dweight, dbias, workspace);
   }
 
   // ---- max pooling ----------------------------------------------------------------------------
@@ -430,59 +374,28 @@ class CudaBackend final : public Backend {
                                     count, dx);
   }
 
-  // ---- dense ----------------------------------------------------------------------------------
-  // cuBLAS is column-major: a row-major [rows, cols] matrix is its column-major transpose, so each
-  // product below is written for the transposes (y^T = W x^T, dx^T = W^T dy^T, dW^T = x^T dy).
+  // ---- dense (the engine's DenseLayers) ------------------------------------------------------
   void dense_forward(int n, int in, int out, const float* x, const float* weight, const float* bias,
                      float* y) override {
     activate();
-    if (!uses_cublas() || n == 0 || out == 0) {
-      return cuda::dense_forward(stream_, n, in, out, x, weight, bias, y);
-    }
-    float beta = 0.0f;  // beta = 0: cuBLAS does not read y (it may hold NaN)
-    if (bias) {
-      cuda::broadcast_rows(stream_, n, out, bias, y);
-      beta = 1.0f;
-    }
-    const float one = 1.0f;
-    MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, weight, in,
-                                   x, in, &beta, y, out));
-    cuda::count_library_call(stream_);
-    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_forward)");
+    parts_.dense->forward(n, in, out, x, weight, bias, y);
   }
   void dense_backward_data(int n, int in, int out, const float* dy, const float* weight,
                            float* dx) override {
     activate();
-    if (!uses_cublas() || n == 0 || in == 0) {
-      return cuda::dense_backward_data(stream_, n, in, out, dy, weight, dx);
-    }
-    const float one = 1.0f, zero = 0.0f;
-    MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, weight, in,
-                                   dy, out, &zero, dx, in));
-    cuda::count_library_call(stream_);
-    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_data)");
+    parts_.dense->backward_data(n, in, out, dy, weight, dx);
   }
   void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
                               float* dweight, float* dbias) override {
     activate();
-    if (!uses_cublas() || in == 0 || out == 0) {
-      return cuda::dense_backward_weights(stream_, n, in, out, x, dy, dweight, dbias, scratch_);
-    }
-    const float one = 1.0f, zero = 0.0f;
-    // k = n = 0 with beta = 0 gives zeros, as the contract (an empty sum) wants.
-    MNIST_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
-                                   out, &zero, dweight, in));
-    cuda::count_library_call(stream_);
-    MNIST_CUDA_LAUNCH_CHECK(stream_, "cublasSgemm (dense_backward_weights)");
-    if (dbias) cuda::dense_backward_bias(stream_, n, out, dy, dbias, scratch_);
+    parts_.dense->backward_weights(n, in, out, x, dy, dweight, dbias);
   }
-
   void dense_backward(int n, int in, int out, const float* x, const float* dy, const float* weight,
                       float* dweight, float* dbias, float* dx) override {
-    if (uses_cublas())
+    if (!parts_.dense->fuses_backward())
       return Backend::dense_backward(n, in, out, x, dy, weight, dweight, dbias, dx);
     activate();
-    cuda::dense_backward(stream_, n, in, out, x, dy, weight, dweight, dbias, dx, scratch_);
+    parts_.dense->backward(n, in, out, x, dy, weight, dweight, dbias, dx);
   }
 
   // ---- dropout --------------------------------------------------------------------------------
@@ -550,9 +463,7 @@ class CudaBackend final : public Backend {
   // ---- capture and replay (CUDA graphs) -------------------------------------------------------
   // Thread-local capture: another worker's thread may allocate or wait for its own stream while
   // this one captures; only this thread's unsafe calls invalidate the capture.
-  bool supports_capture() const override {
-    return true;
-  }
+  bool supports_capture() const override { return true; }
   void begin_capture() override {
     activate();
     MNIST_CHECK(!capturing_, "{}: begin_capture while a capture is in progress", name_);
@@ -603,10 +514,9 @@ class CudaBackend final : public Backend {
     cuda::add(stream_, n, x, y);
   }
 
-  // ---- fused ops (sizes the fused kernels do not take run the base class's chain) --------------
-  bool fuses_dense_head() const override {
-    return engine_ == Engine::fused;
-  }
+  // ---- fused ops (the engine's FusedBlocks, for the sizes they take; else the chains) ---------
+  bool fuses_dense_head() const override { return parts_.fused != nullptr; }
+  // The fused head's kernel for every engine that asks (only fused does: fuses_dense_head).
   std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k) override {
     if (cuda::dense_head_supports(n, in, k)) return cuda::dense_head_workspace_floats(n, in, k);
     return Backend::dense_softmax_cross_entropy_workspace_floats(n, in, k);
@@ -629,14 +539,13 @@ class CudaBackend final : public Backend {
                            const float* weight, float* dweight, float* dbias, float* dx,
                            float* dconv, float* workspace) override {
     activate();
-    check_conv_block(block.pool, "conv_block_backward");
+    cuda::FusedBlocks& fused = fused_blocks("conv_block_backward");
     if (conv_block_backward_uses_dconv(g, block.pool, dbias != nullptr)) {
       MNIST_CHECK(dconv, "{}: conv_block_backward needs its dconv scratch for these sizes", name_);
       return Backend::conv_block_backward(g, block, x, weight, dweight, dbias, dx, dconv,
                                           workspace);
     }
-    cuda::direct_conv2d_backward_block(stream_, g, block, x, weight, dweight, dx, block_counter_,
-                                       workspace);
+    fused.conv_block_backward(g, block, x, weight, dweight, dx, workspace);
   }
 
   // The direct kernels stage the gradient themselves; a bias (none after a batch norm) or other
@@ -648,107 +557,79 @@ class CudaBackend final : public Backend {
 
   // Engine fused only: the other engines stay the separate kernels they are measured as.
   bool fuses_conv_block(const PoolGeom& g) const override {
-    return engine_ == Engine::fused && cuda::conv_block_supports(g);
+    return parts_.fused && parts_.fused->takes_conv_block(g);
   }
   void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
                             const float* invstd, const float* gamma, const float* beta, float* y,
                             uint8_t* mask) override {
     activate();
-    check_conv_block(g, "bn_relu_pool_forward");
-    cuda::bn_relu_pool_forward(stream_, g, x, mean, invstd, gamma, beta, y, mask);
+    fused_blocks("bn_relu_pool_forward")
+        .bn_relu_pool_forward(g, x, mean, invstd, gamma, beta, y, mask);
   }
   void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
                                     const float* x, const float* mean, const float* invstd,
                                     float* sum_dy, float* sum_dy_xhat) override {
     activate();
-    check_conv_block(g, "bn_relu_pool_backward_reduce");
-    cuda::bn_relu_pool_backward_reduce(stream_, g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat,
-                                       block_counter_, scratch_);
+    fused_blocks("bn_relu_pool_backward_reduce")
+        .bn_relu_pool_backward_reduce(g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat);
   }
   void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
                                    const float* x, const float* mean, const float* invstd,
                                    const float* gamma, const float* sum_dy,
                                    const float* sum_dy_xhat, double count, float* dx) override {
     activate();
-    check_conv_block(g, "bn_relu_pool_backward_apply");
-    cuda::bn_relu_pool_backward_apply(stream_, g, dy, mask, x, mean, invstd, gamma, sum_dy,
-                                      sum_dy_xhat, count, dx);
+    fused_blocks("bn_relu_pool_backward_apply")
+        .bn_relu_pool_backward_apply(g, dy, mask, x, mean, invstd, gamma, sum_dy, sum_dy_xhat,
+                                     count, dx);
   }
 
   // ---- fused dense block: batch_norm -> relu (-> dropout) after a dense layer (dense_block.cu) --
   // Engine fused only; the others run the base class's chain, the separate kernels they are
-  // measured as. The fused kernels need no scratch.
-  bool fuses_dense_block() const override {
-    return engine_ == Engine::fused;
-  }
+  // measured as.
+  bool fuses_dense_block() const override { return parts_.fused != nullptr; }
   void dense_block_forward(int n, int c, const float* x, float epsilon, float decay,
                            const float* gamma, const float* beta, const DropoutArgs* dropout,
                            float* y, float* mean, float* invstd, float* running_mean,
                            float* running_var, float* scratch) override {
     activate();
-    if (engine_ != Engine::fused) {
+    if (!parts_.fused) {
       return Backend::dense_block_forward(n, c, x, epsilon, decay, gamma, beta, dropout, y, mean,
                                           invstd, running_mean, running_var, scratch);
     }
-    MNIST_CHECK(n >= 1 && c >= 1 && x && y && mean && invstd && running_mean && running_var,
-                "{}: dense_block_forward needs n >= 1 samples, c >= 1 features (got n {}, c {}), "
-                "x, y, mean, invstd and the running statistics",
-                name_, n, c);
-    MNIST_CHECK(!dropout || (dropout->rate >= 0.0f && dropout->rate < 1.0f),
-                "{}: dense_block_forward: dropout rate {} is outside [0, 1)", name_, dropout->rate);
-    cuda::dense_block_forward(stream_, n, c, x, epsilon, decay, gamma, beta, dropout, y, mean,
-                              invstd, running_mean, running_var);
+    parts_.fused->dense_block_forward(n, c, x, epsilon, decay, gamma, beta, dropout, y, mean,
+                                      invstd, running_mean, running_var);
   }
   void dense_block_backward(int n, int c, const float* x, const float* mean, const float* invstd,
                             const float* gamma, const float* beta, const DropoutArgs* dropout,
                             const float* dy, float* dx, float* dgamma, float* dbeta,
                             float* scratch) override {
     activate();
-    if (engine_ != Engine::fused) {
+    if (!parts_.fused) {
       return Backend::dense_block_backward(n, c, x, mean, invstd, gamma, beta, dropout, dy, dx,
                                            dgamma, dbeta, scratch);
     }
-    MNIST_CHECK(n >= 1 && c >= 1 && x && mean && invstd && dy,
-                "{}: dense_block_backward needs n >= 1 samples, c >= 1 features (got n {}, c {}), "
-                "x, mean, invstd and dy",
-                name_, n, c);
-    MNIST_CHECK(!dropout || (dropout->rate >= 0.0f && dropout->rate < 1.0f),
-                "{}: dense_block_backward: dropout rate {} is outside [0, 1)", name_,
-                dropout->rate);
-    cuda::dense_block_backward(stream_, n, c, x, mean, invstd, gamma, beta, dropout, dy, dx, dgamma,
-                               dbeta);
+    parts_.fused->dense_block_backward(n, c, x, mean, invstd, gamma, beta, dropout, dy, dx, dgamma,
+                                       dbeta);
   }
 
   // ---- fused dense tail: dense -> dense block -> head (dense.cu, dense_head.cu) ----------------
   // Engine fused only, for the sizes the head and the staged apply take; the others run the base
   // class's chains.
   bool fuses_dense_tail(int c, int k) const override {
-    return engine_ == Engine::fused && c <= cuda::kDenseBatchNormFeatures &&
-           cuda::dense_head_supports(1, c, k);
+    return parts_.fused && parts_.fused->takes_dense_tail(c, k);
   }
   std::size_t dense_tail_workspace_floats(int n, int in, int c, int k) override {
-    if (engine_ != Engine::fused) return Backend::dense_tail_workspace_floats(n, in, c, k);
-    // dense_forward_batch_norm runs its kernel for every size on this engine; the head and the
-    // backward only for the sizes they take (the others run the base class's chains). The n * c:
-    // a dense layer with a bias takes the chain in its backward.
-    std::size_t floats = std::max(Backend::dense_tail_workspace_floats(n, in, c, k),
-                                  cuda::dense_forward_batch_norm_workspace_floats(n, in, c));
-    if (c <= cuda::kDenseBatchNormFeatures)
-      floats = std::max(floats, cuda::dense_backward_batch_norm_workspace_floats(n, in, c));
-    if (fuses_dense_tail(c, k)) {
-      floats = std::max({floats, cuda::dense_head_workspace_floats(n, c, k),
-                         static_cast<std::size_t>(std::max(n, 1)) * static_cast<std::size_t>(c)});
-    }
-    return floats;
+    const std::size_t chains = Backend::dense_tail_workspace_floats(n, in, c, k);
+    if (!parts_.fused) return chains;
+    return parts_.fused->dense_tail_workspace_floats(n, in, c, k, chains);
   }
   void dense_forward_batch_norm(int n, int in, int out, const float* x, const float* weight,
                                 const float* bias, float* y, const BatchNormFinalize& bn,
                                 float* workspace) override {
     activate();
-    if (engine_ != Engine::fused)
+    if (!parts_.fused)
       return Backend::dense_forward_batch_norm(n, in, out, x, weight, bias, y, bn, workspace);
-    cuda::dense_forward_batch_norm(stream_, n, in, out, x, weight, bias, y, bn, workspace,
-                                   block_counter_);
+    parts_.fused->dense_forward_batch_norm(n, in, out, x, weight, bias, y, bn, workspace);
   }
   void dense_block_softmax_cross_entropy(int n, int c, int k, const DenseBlockInput& block,
                                          const float* weight, const float* bias,
@@ -761,39 +642,29 @@ class CudaBackend final : public Backend {
                                                         grad_scale, dbn, sum_dy, sum_dy_xhat,
                                                         dweight, dbias, metrics, workspace);
     }
-    MNIST_CHECK(!block.has_dropout || (block.dropout.rate >= 0.0f && block.dropout.rate < 1.0f),
-                "{}: dense_block_softmax_cross_entropy: dropout rate {} is outside [0, 1)", name_,
-                block.dropout.rate);
-    cuda::dense_block_softmax_cross_entropy(stream_, n, c, k, block, weight, bias, labels,
-                                            grad_scale, dbn, sum_dy, sum_dy_xhat, dweight, dbias,
-                                            metrics, workspace, block_counter_);
+    parts_.fused->dense_block_softmax_cross_entropy(n, c, k, block, weight, bias, labels,
+                                                    grad_scale, dbn, sum_dy, sum_dy_xhat, dweight,
+                                                    dbias, metrics, workspace);
   }
   void dense_backward_batch_norm(int n, int in, int out, const float* x,
                                  const BatchNormGradient& bn, const float* weight, float* dweight,
                                  float* dbias, float* dx, float* workspace) override {
     activate();
-    if (engine_ != Engine::fused || dbias || out > cuda::kDenseBatchNormFeatures) {
+    if (!parts_.fused || !parts_.fused->takes_dense_backward_batch_norm(out, dbias != nullptr)) {
       return Backend::dense_backward_batch_norm(n, in, out, x, bn, weight, dweight, dbias, dx,
                                                 workspace);
     }
-    cuda::dense_backward_batch_norm(stream_, n, in, out, x, bn, weight, dweight, dx, workspace,
-                                    block_counter_);
+    parts_.fused->dense_backward_batch_norm(n, in, out, x, bn, weight, dweight, dx, workspace);
   }
 
  private:
-  // The base class's refusal for the other engines, and the pools the kernels take.
-  void check_conv_block(const PoolGeom& g, const char* op) const {
-    MNIST_CHECK(engine_ == Engine::fused, "{}: {} is run by the engine 'fused' only, not '{}'",
-                name_, op, to_string(engine_));
-    MNIST_CHECK(g.n >= 0 && g.c >= 0 && cuda::conv_block_supports(g),
-                "{}: {} takes 2x2 pooling with stride 2, no padding and out = in / 2; got n {}, "
-                "c {}, {}x{} -> {}x{}, window {}x{}, stride {}x{}, padding {}x{}",
-                name_, op, g.n, g.c, g.h, g.w, g.out_h, g.out_w, g.size_h, g.size_w, g.stride_h,
-                g.stride_w, g.pad_h, g.pad_w);
+  // The fused blocks, for the calls only an engine that fuses runs (the base class's refusal).
+  cuda::FusedBlocks& fused_blocks(const char* op) const {
+    MNIST_CHECK(parts_.fused, "{}: {} is run by the engine 'fused' only, not '{}'", name_, op,
+                to_string(engine_));
+    return *parts_.fused;
   }
-  void activate() {
-    MNIST_CUDA_CHECK(cudaSetDevice(ordinal_));
-  }
+  void activate() { MNIST_CUDA_CHECK(cudaSetDevice(ordinal_)); }
   // The fields of StreamCounts paired with LaunchCounts', listed once for every copy between them.
   // (`Counters`: a StreamCounts, const when only read.)
   template <class Counters, class F>
@@ -825,31 +696,17 @@ class CudaBackend final : public Backend {
     return attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeDevice;
   }
 
-  // Engines cublas and cudnn run the dense layers through cuBLAS; native and fused run every
-  // kernel hand-written.
-  bool uses_cublas() const {
-    return engine_ == Engine::cublas || engine_ == Engine::cudnn;
-  }
-#if MNIST_HAVE_CUDNN
-  bool use_cudnn(const Conv2dGeom& g) {
-    return engine_ == Engine::cudnn && cudnn_->supports(g);
-  }
-#endif
-
   int ordinal_;
   Engine engine_ = Engine::native;
   std::string name_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-#if MNIST_HAVE_CUDNN
-  std::unique_ptr<cuda::CudnnConv2d> cudnn_;
-#endif
   cuda::StreamCounts counts_;
   cuda::StreamCountsRegistration counted_;
   bool capturing_ = false;
   LaunchCounts before_capture_;
   cuda::ReduceScratch scratch_;
   unsigned* block_counter_ = nullptr;  // [kBlockCounters], 0 between kernels (launch.cuh)
+  cuda::EngineParts parts_;            // made last (acquire), released first (release_all)
 };
 
 }  // namespace
