@@ -26,6 +26,16 @@ std::string Layer::label() const {
   return out;
 }
 
+void Layer::forward_gathered(const PassContext&, const BatchGather&, float*) {
+  MNIST_THROW(RuntimeError, "layer {}: does not gather its input (the block plan asked it to)",
+              label());
+}
+
+DenseBlockTail Layer::dense_block_tail(const PassContext&) const {
+  MNIST_THROW(RuntimeError, "layer {}: is not a dense block (the block plan made it a tail's)",
+              label());
+}
+
 float* Layer::param(int slot) const {
   return slot < 0 ? nullptr : bind_.params + model_.params()[slot].offset;
 }
@@ -305,31 +315,40 @@ class ConvBlockLayer final : public Layer {
     return batch_norm_group_count(ctx, plan_.out.h * plan_.out.w);
   }
 
-  bool gathers_input(const PassContext& ctx) const override {
-    return ctx.gather && ctx.training && !ctx.all_reduce_sum &&
-           be().fuses_gather(conv2d_geom(plan_, ctx.n));
+  // The statistics' finalize the fused convolution runs in training with the slice's own ones.
+  BatchNormFinalize local_finalize(const PassContext& ctx) {
+    const LayerSpec& s = bn_.spec;
+    return BatchNormFinalize{group_count(ctx),      s.epsilon,      s.decay,
+                             mean_.data(),          invstd_.data(), state(bn_.running_mean),
+                             state(bn_.running_var)};
+  }
+
+ public:
+  void forward_gathered(const PassContext& ctx, const BatchGather& batch, float* y) override {
+    MNIST_CHECK(ctx.n >= 1 && ctx.n <= max_batch_ && ctx.training && !ctx.all_reduce_sum,
+                "{}: gathers its batch in training with local statistics, n in [1, {}]; got n {}",
+                label(), max_batch_, ctx.n);
+    const int c = channels();
+    be().conv2d_forward_batch_norm_gathered(conv2d_geom(plan_, ctx.n), batch, param(plan_.weight),
+                                            param(plan_.bias), conv_out_.data(), sums_.data(),
+                                            sums_.data() + c, local_finalize(ctx), bind_.workspace);
+    pool_forward(ctx, y);
+  }
+
+ private:
+  void pool_forward(const PassContext& ctx, float* y) {
+    be().bn_relu_pool_forward(max_pool_geom(pool_, ctx.n), conv_out_.data(), mean_.data(),
+                              invstd_.data(), param(bn_.gamma), param(bn_.beta), y, mask_.data());
   }
 
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
     const int c = channels();
     const LayerSpec& s = bn_.spec;
     if (ctx.training && !ctx.all_reduce_sum) {
-      // The statistics are taken, and finalized, by the convolution while its output is in cache;
-      // the batch, when still to be gathered, is gathered where the convolution stages it.
-      const BatchNormFinalize bn{group_count(ctx),      s.epsilon,      s.decay,
-                                 mean_.data(),          invstd_.data(), state(bn_.running_mean),
-                                 state(bn_.running_var)};
-      const Conv2dGeom g = conv2d_geom(plan_, ctx.n);
-      if (gathers_input(ctx)) {
-        MNIST_CHECK(ctx.gather->x == x, "{}: gathers a batch into another layer's input", label());
-        be().conv2d_forward_batch_norm_gathered(g, *ctx.gather, param(plan_.weight),
-                                                param(plan_.bias), conv_out_.data(), sums_.data(),
-                                                sums_.data() + c, bn, bind_.workspace);
-      } else {
-        be().conv2d_forward_batch_norm(g, x, param(plan_.weight), param(plan_.bias),
-                                       conv_out_.data(), sums_.data(), sums_.data() + c, bn,
-                                       bind_.workspace);
-      }
+      // The statistics are taken, and finalized, by the convolution while its output is in cache.
+      be().conv2d_forward_batch_norm(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
+                                     param(plan_.bias), conv_out_.data(), sums_.data(),
+                                     sums_.data() + c, local_finalize(ctx), bind_.workspace);
     } else if (ctx.training) {
       // Sync batch norm: the slices' sums are all-reduced between the statistics and the finalize.
       be().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
@@ -343,8 +362,7 @@ class ConvBlockLayer final : public Layer {
       be().batch_norm_inference_params(c, state(bn_.running_mean), state(bn_.running_var),
                                        s.epsilon, mean_.data(), invstd_.data());
     }
-    be().bn_relu_pool_forward(max_pool_geom(pool_, ctx.n), conv_out_.data(), mean_.data(),
-                              invstd_.data(), param(bn_.gamma), param(bn_.beta), y, mask_.data());
+    pool_forward(ctx, y);
   }
 
   void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
@@ -398,9 +416,11 @@ class DenseBlockLayer final : public Layer {
         grad_sums_(*b.backend, 2 * static_cast<std::size_t>(bn.in.c)) {}
 
   int span() const override { return dropout_ ? 3 : 2; }
-  bool dense_block_tail(const PassContext& ctx, DenseBlockTail& tail) const override {
-    if (!ctx.training || ctx.all_reduce_sum) return false;
+  DenseBlockTail dense_block_tail(const PassContext& ctx) const override {
+    MNIST_CHECK(ctx.training && !ctx.all_reduce_sum,
+                "{}: a dense tail runs in training with the slice's own statistics", label());
     const LayerSpec& s = plan_.spec;
+    DenseBlockTail tail;
     tail.finalize = BatchNormFinalize{static_cast<double>(ctx.n),
                                       s.epsilon,
                                       s.decay,
@@ -416,7 +436,7 @@ class DenseBlockLayer final : public Layer {
     // dbeta and dgamma are the sums (take_batch_norm_grads without sync batch norm).
     tail.sum_dy = plan_.beta >= 0 ? grad(plan_.beta) : grad_sums_.data();
     tail.sum_dy_xhat = plan_.gamma >= 0 ? grad(plan_.gamma) : grad_sums_.data() + channels();
-    return true;
+    return tail;
   }
   // The fused calls' scratch, which the sync batch norm chain below uses too (two [n, c] buffers).
   std::size_t workspace_floats() const override {
@@ -524,27 +544,9 @@ class DenseBlockLayer final : public Layer {
 
 }  // namespace
 
-bool dense_block_fusable(const Model& model, std::size_t index, const Backend& backend) {
-  const auto& plans = model.layers();
-  if (index + 2 > plans.size()) return false;
-  const LayerPlan& bn = plans[index];
-  return bn.spec.kind == LayerKind::batch_norm && plans[index + 1].spec.kind == LayerKind::relu &&
-         bn.in.h * bn.in.w == 1 && backend.fuses_dense_block();
-}
-
 std::unique_ptr<Layer> make_dense_block(const Model& model, const LayerPlan& bn,
                                         const LayerBinding& binding, int max_batch) {
   return std::make_unique<DenseBlockLayer>(model, bn, binding, max_batch);
-}
-
-bool conv_block_fusable(const Model& model, std::size_t index, const Backend& backend) {
-  const auto& plans = model.layers();
-  if (index + 4 > plans.size()) return false;
-  const LayerKind kinds[] = {LayerKind::conv2d, LayerKind::batch_norm, LayerKind::relu,
-                             LayerKind::max_pool};
-  for (int i = 0; i < 4; ++i)
-    if (plans[index + i].spec.kind != kinds[i]) return false;
-  return backend.fuses_conv_block(max_pool_geom(plans[index + 3], 1));
 }
 
 std::unique_ptr<Layer> make_conv_block(const Model& model, const LayerPlan& conv,

@@ -31,8 +31,8 @@ struct PassContext {
   std::function<void(float* data, std::size_t count)> all_reduce_sum;
   int global_n = 0;  // samples in the global batch (sync batch norm)
   // When set, the slice's input (the replica's input and labels) is still to be gathered, in this
-  // pass: by the first layer where it gathers it while reading it (Layer::gathers_input), else by
-  // the replica before the first layer.
+  // pass: by the first layer, where the block plan makes it a gathered layer (block_plan.hpp,
+  // Layer::forward_gathered), else by the replica before the first block.
   const BatchGather* gather = nullptr;
 };
 
@@ -46,10 +46,10 @@ struct LayerBinding {
 };
 
 // What a dense block (make_dense_block) hands a replica that runs its work inside its neighbours'
-// calls (Backend::fuses_dense_tail), in one training pass: where the dense layer's forward
-// finalizes the statistics, the block's input terms for the head (input.x is the replica's to
-// set) and where the head's sums go (the parameter gradients themselves when learned, which the
-// dense layer's backward then reads).
+// calls (the dense tail of block_plan.hpp), in one training pass with the slice's own statistics:
+// where the dense layer's forward finalizes the statistics, the block's input terms for the head
+// (input.x is the replica's to set) and where the head's sums go (the parameter gradients
+// themselves when learned, which the dense layer's backward then reads).
 struct DenseBlockTail {
   BatchNormFinalize finalize;
   DenseBlockInput input;
@@ -81,23 +81,17 @@ class Layer {
   const LayerPlan& plan() const { return plan_; }
   void set_workspace(float* workspace) { bind_.workspace = workspace; }
   // Views of a parameter slot of the plan (plan().weight, ...) in the replica's flat parameter
-  // and gradient buffers; nullptr for -1. (Public: a replica that runs a layer fused with the
-  // loss, Backend::fuses_dense_head, hands them to the backend.)
+  // and gradient buffers; nullptr for -1. (Public: a replica block that runs a layer inside a
+  // fused call, the dense head or tail of block_plan.hpp, hands them to the backend.)
   float* param(int slot) const;
   float* grad(int slot) const;
-  // True when this layer, first in its network, gathers ctx.gather's batch into its input x
-  // itself in do_forward (Backend::fuses_gather).
-  virtual bool gathers_input(const PassContext& ctx) const {
-    (void)ctx;
-    return false;
-  }
-  // A dense block's terms for the replica's fused tail in a training pass with the slice's own
-  // statistics; false for every other layer (and for a pass the tail cannot take).
-  virtual bool dense_block_tail(const PassContext& ctx, DenseBlockTail& tail) const {
-    (void)ctx;
-    (void)tail;
-    return false;
-  }
+  // forward, with the input still to gather: the layer gathers `batch` (into batch.x, its input)
+  // where it reads it, in the same launch. Only the blocks the plan says gather (a conv block
+  // first in its network, block_plan.hpp's gathered_layer) implement it; others throw.
+  virtual void forward_gathered(const PassContext& ctx, const BatchGather& batch, float* y);
+  // A dense block's terms for the dense tail that runs its work inside its neighbours' calls (a
+  // training pass with the slice's own statistics); other layers throw.
+  virtual DenseBlockTail dense_block_tail(const PassContext& ctx) const;
 
  protected:
   virtual void do_forward(const PassContext& ctx, const float* x, float* y) = 0;
@@ -121,18 +115,13 @@ PoolGeom max_pool_geom(const LayerPlan& plan, int n);
 std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
                                   const LayerBinding& binding, int max_batch);
 
-// True when plans [index, index + 4) are conv2d -> batch_norm -> relu -> max_pool and the
-// backend runs such a block fused (Backend::fuses_conv_block); make_conv_block then builds the one
-// layer that runs all four.
-bool conv_block_fusable(const Model& model, std::size_t index, const Backend& backend);
+// The layer of a conv block, conv2d -> batch_norm -> relu -> max_pool from `conv` on, which
+// block_plan.hpp's plan_layers groups when the backend fuses it: all four in one layer.
 std::unique_ptr<Layer> make_conv_block(const Model& model, const LayerPlan& conv,
                                        const LayerBinding& binding, int max_batch);
 
-// True when plans [index, index + 2) are batch_norm -> relu over a flat input (in.h * in.w == 1:
-// a dense layer's output) and the backend fuses such a block (Backend::fuses_dense_block);
-// make_dense_block then builds the one layer that runs them, and the dropout that follows them if
-// one does.
-bool dense_block_fusable(const Model& model, std::size_t index, const Backend& backend);
+// The layer of a dense block, batch_norm -> relu over a flat input (a dense layer's output) from
+// `bn` on, and the dropout that follows them if one does (plan_layers groups it likewise).
 std::unique_ptr<Layer> make_dense_block(const Model& model, const LayerPlan& bn,
                                         const LayerBinding& binding, int max_batch);
 

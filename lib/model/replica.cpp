@@ -25,42 +25,42 @@ Replica::Replica(const Model& model, Backend& backend, int max_batch)
   LayerBinding binding{&backend, params_.data(), grads_.data(), state_.data(), nullptr};
   std::size_t workspace = 0, widest = model.input().size();
   const std::vector<LayerPlan>& plans = model.layers();
-  for (std::size_t i = 0; i < plans.size(); i += layers_.back()->span()) {
+  units_ = plan_layers(model, backend);
+  for (const LayerUnit& unit : units_) {
     // A block the backend runs fused becomes one layer (its inner outputs are never stored).
-    if (conv_block_fusable(model, i, backend))
-      layers_.push_back(make_conv_block(model, plans[i], binding, max_batch));
-    else if (dense_block_fusable(model, i, backend))
-      layers_.push_back(make_dense_block(model, plans[i], binding, max_batch));
+    const LayerPlan& first = plans[unit.first_plan];
+    if (unit.group == LayerGroup::conv_block)
+      layers_.push_back(make_conv_block(model, first, binding, max_batch));
+    else if (unit.group == LayerGroup::dense_block)
+      layers_.push_back(make_dense_block(model, first, binding, max_batch));
     else
-      layers_.push_back(make_layer(model, plans[i], binding, max_batch));
-    const LayerPlan& last = plans[i + layers_.back()->span() - 1];
+      layers_.push_back(make_layer(model, first, binding, max_batch));
+    const LayerPlan& last = plans[unit.first_plan + static_cast<std::size_t>(unit.span) - 1];
     workspace = std::max(workspace, layers_.back()->workspace_floats());
     widest = std::max(widest, last.out.size());
     if (!layers_.back()->is_view()) activations_.emplace_back(backend, n * last.out.size());
+    activation_.push_back(layers_.back()->is_view() ? nullptr : activations_.back().data());
   }
-  const LayerPlan& head = layers_.back()->plan();
-  if (backend.fuses_dense_head() && layers_.back()->span() == 1 &&
-      head.spec.kind == LayerKind::dense) {
-    fused_head_ = layers_.back().get();
-    workspace = std::max(workspace, backend.dense_softmax_cross_entropy_workspace_floats(
-                                        max_batch, static_cast<int>(head.in.size()),
-                                        static_cast<int>(head.out.size())));
-  }
-  // The dense tail: dense -> dense block -> the fused head. The block is asked with a training
-  // pass of its own statistics, the passes the tail is for.
-  if (fused_head_ && layers_.size() >= 3) {
-    const Layer& dense = *layers_[layers_.size() - 3];
-    const LayerPlan& d = dense.plan();
-    DenseBlockTail probe;
-    PassContext training;
-    training.n = 1;
-    if (dense.span() == 1 && d.spec.kind == LayerKind::dense &&
-        layers_[layers_.size() - 2]->dense_block_tail(training, probe) &&
-        backend.fuses_dense_tail(d.out.c, static_cast<int>(head.out.size()))) {
-      dense_tail_ = true;
-      workspace =
-          std::max(workspace, backend.dense_tail_workspace_floats(
-                                  max_batch, d.in.c, d.out.c, static_cast<int>(head.out.size())));
+  first_computing_ = static_cast<std::size_t>(
+      std::find_if(layers_.begin(), layers_.end(), [](const auto& l) { return !l->is_view(); }) -
+      layers_.begin());
+  const int classes = model.classes();
+  for (auto [pass, kind] : {std::pair{&train_local_, PassKind::train_local_batch_norm},
+                            std::pair{&train_sync_, PassKind::train_sync_batch_norm},
+                            std::pair{&eval_, PassKind::eval}}) {
+    pass->blocks = plan_blocks(model, units_, backend, kind);
+    pass->saved.resize(pass->blocks.size());
+    // The fused head's and tail's workspace, which the layers' own sizes do not cover.
+    for (const BlockPlan& block : pass->blocks) {
+      if (block.kind == BlockKind::dense_head) {
+        const LayerPlan& p = layers_[block.layer]->plan();
+        workspace = std::max(workspace, backend.dense_softmax_cross_entropy_workspace_floats(
+                                            max_batch, static_cast<int>(p.in.size()), classes));
+      } else if (block.kind == BlockKind::dense_tail) {
+        const LayerPlan& p = layers_[block.layer]->plan();  // the tail's dense layer
+        workspace = std::max(
+            workspace, backend.dense_tail_workspace_floats(max_batch, p.in.c, p.out.c, classes));
+      }
     }
   }
   workspace_ = DeviceBuffer<float>(backend, std::max<std::size_t>(workspace, 1));
@@ -83,6 +83,25 @@ void Replica::reset_metrics() {
   backend_.fill(metrics(), kMetricSlots, 0.0f);
 }
 
+std::string Replica::block_plan(PassKind kind) const {
+  const Pass& pass = kind == PassKind::eval                    ? eval_
+                     : kind == PassKind::train_sync_batch_norm ? train_sync_
+                                                               : train_local_;
+  return describe_blocks(model_, units_, pass.blocks);
+}
+
+Replica::Pass& Replica::pass_for(const PassContext& ctx) {
+  switch (pass_kind(ctx.training, static_cast<bool>(ctx.all_reduce_sum))) {
+    case PassKind::train_local_batch_norm:
+      return train_local_;
+    case PassKind::train_sync_batch_norm:
+      return train_sync_;
+    case PassKind::eval:
+      break;
+  }
+  return eval_;
+}
+
 template <class Run>
 void Replica::timed(bool forward, int plan, Run&& run) {
   if (!profile_) return run();
@@ -94,140 +113,169 @@ void Replica::timed(bool forward, int plan, Run&& run) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-const float* Replica::run_forward(const PassContext& ctx, std::size_t end) {
-  // A batch still to gather: gathered here unless the first layer gathers it where it reads it.
-  if (ctx.gather && !(end > 0 && layers_[0]->gathers_input(ctx))) {
+const float* Replica::forward_layer(const PassContext& ctx, std::size_t i, const float* x,
+                                    const BatchGather* gather) {
+  Layer& layer = *layers_[i];
+  if (layer.is_view()) return outputs_[i] = x;
+  float* y = activation_[i];
+  timed(true, layer.plan().index, [&] {
+    if (gather)
+      layer.forward_gathered(ctx, *gather, y);
+    else
+      layer.forward(ctx, x, y);
+  });
+  return outputs_[i] = y;
+}
+
+// The head's forward, loss and backward in one call: its parameter gradients are assigned here
+// and the gradient of its input goes to grad_a_, where backward starts.
+void Replica::forward_head(const PassContext& ctx, const BlockPlan& block, const float* x,
+                           float grad_scale, Saved& saved) {
+  const Layer& head = *layers_[block.layer];
+  const LayerPlan& h = head.plan();
+  float* dx = reaches_input(block.layer) ? nullptr : grad_a_.data();
+  timed(true, h.index, [&] {
+    backend_.dense_softmax_cross_entropy(
+        ctx.n, static_cast<int>(h.in.size()), static_cast<int>(h.out.size()), x,
+        head.param(h.weight), head.param(h.bias), labels_.data(), grad_scale, dx,
+        head.grad(h.weight), head.grad(h.bias), metrics(), workspace_.data());
+  });
+  outputs_[block.layer] = nullptr;  // no logits are kept
+  saved.dx = dx;
+}
+
+// The dense tail: the dense layer's forward takes and finalizes the block's statistics, the head
+// computes the block's output where it reads it, runs the loss and the block's backward up to
+// its batch norm's sums (the gradient that reaches the batch norm goes to grad_a_), and the
+// backward's dense layer applies the batch norm where it reads that gradient.
+void Replica::forward_tail(const PassContext& ctx, const BlockPlan& block, const float* x,
+                           float grad_scale, Saved& saved) {
+  const std::size_t dense_at = block.layer, block_at = block.layer + 1, head_at = block.layer + 2;
+  const Layer& dense = *layers_[dense_at];
+  const Layer& head = *layers_[head_at];
+  const LayerPlan& d = dense.plan();
+  const LayerPlan& h = head.plan();
+  DenseBlockTail tail = layers_[block_at]->dense_block_tail(ctx);
+  float* z = activation_[dense_at];
+  timed(true, d.index, [&] {
+    backend_.dense_forward_batch_norm(ctx.n, d.in.c, d.out.c, x, dense.param(d.weight),
+                                      dense.param(d.bias), z, tail.finalize, workspace_.data());
+  });
+  tail.input.x = z;
+  timed(true, h.index, [&] {
+    backend_.dense_block_softmax_cross_entropy(
+        ctx.n, d.out.c, static_cast<int>(h.out.size()), tail.input, head.param(h.weight),
+        head.param(h.bias), labels_.data(), grad_scale, grad_a_.data(), tail.sum_dy,
+        tail.sum_dy_xhat, head.grad(h.weight), head.grad(h.bias), metrics(), workspace_.data());
+  });
+  outputs_[dense_at] = z;
+  outputs_[block_at] = nullptr;  // the block's output is never stored
+  outputs_[head_at] = nullptr;
+  saved.tail = BatchNormGradient{
+      grad_a_.data(),   z,           tail.input.mean,  tail.input.invstd,
+      tail.input.gamma, tail.sum_dy, tail.sum_dy_xhat, static_cast<double>(ctx.n)};
+}
+
+const float* Replica::run_forward(const PassContext& ctx, Pass& pass, float grad_scale,
+                                  bool with_loss) {
+  // A batch still to gather: gathered here unless the first block gathers it where it reads it.
+  const bool first_gathers = pass.blocks.front().kind == BlockKind::gathered_layer;
+  if (ctx.gather) {
     MNIST_CHECK(ctx.gather->x == input_.data() && ctx.gather->y == labels_.data(),
                 "a batch gathered elsewhere than the replica's input");
-    backend_.gather(*ctx.gather, ctx.n);
+    if (!first_gathers) backend_.gather(*ctx.gather, ctx.n);
   }
   const float* x = input_.data();
-  std::size_t act = 0;
-  for (std::size_t i = 0; i < end; ++i) {
-    if (layers_[i]->is_view()) {
-      outputs_[i] = x;
-      continue;
+  for (std::size_t b = 0; b < pass.blocks.size(); ++b) {
+    const BlockPlan& block = pass.blocks[b];
+    switch (block.kind) {
+      case BlockKind::layer:
+        x = forward_layer(ctx, block.layer, x, nullptr);
+        break;
+      case BlockKind::gathered_layer:  // an eager step has gathered its batch already
+        x = forward_layer(ctx, block.layer, x, ctx.gather);
+        break;
+      case BlockKind::dense_head:
+        forward_head(ctx, block, x, grad_scale, pass.saved[b]);
+        x = nullptr;
+        break;
+      case BlockKind::dense_tail:
+        forward_tail(ctx, block, x, grad_scale, pass.saved[b]);
+        x = nullptr;
+        break;
+      case BlockKind::loss:
+        if (!with_loss) return x;
+        // The forward-only plan keeps no gradient, whatever the pass's mode.
+        backend_.softmax_cross_entropy(ctx.n, model_.classes(), x, labels_.data(), grad_scale,
+                                       &pass == &eval_ ? nullptr : dlogits_.data(), metrics());
+        break;
     }
-    float* y = activations_[act++].data();
-    timed(true, layers_[i]->plan().index, [&] { layers_[i]->forward(ctx, x, y); });
-    outputs_[i] = y;
-    x = y;
   }
   return x;
 }
 
 const float* Replica::forward_logits(const PassContext& ctx) {
   MNIST_CHECK(!ctx.training, "forward_logits is for evaluation");
-  return run_forward(ctx, layers_.size());
+  return run_forward(ctx, eval_, 0.0f, /*with_loss=*/false);
 }
 
+// In the pass's mode: evaluation, or a training-mode pass for the metrics alone (batch
+// statistics and dropout), the forward-only plan either way.
 void Replica::forward_loss(const PassContext& ctx) {
-  const float* logits = run_forward(ctx, layers_.size());
-  backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), 0.0f, nullptr,
-                                 metrics());
-}
-
-// True when no layer before `index` computes anything: the gradient of layer `index`'s input is
-// the network input's, which nobody uses.
-static bool reaches_input(const std::vector<std::unique_ptr<Layer>>& layers, std::size_t index) {
-  return std::none_of(layers.begin(), layers.begin() + index,
-                      [](const auto& l) { return !l->is_view(); });
-}
-
-bool Replica::forward_dense_tail(const PassContext& ctx, float grad_scale) {
-  tail_grad_ = BatchNormGradient{};
-  const std::size_t last = layers_.size() - 1, dense_at = last - 2;
-  DenseBlockTail tail;
-  if (!dense_tail_ || ctx.n < 1 || !layers_[last - 1]->dense_block_tail(ctx, tail)) return false;
-  const float* x = run_forward(ctx, dense_at);
-  const Layer& dense = *layers_[dense_at];
-  const LayerPlan& d = dense.plan();
-  // The dense layer's output buffer: activations_ has one per layer that is not a view.
-  const auto act = std::count_if(layers_.begin(), layers_.begin() + dense_at,
-                                 [](const auto& l) { return !l->is_view(); });
-  float* z = activations_[static_cast<std::size_t>(act)].data();
-  timed(true, d.index, [&] {
-    backend_.dense_forward_batch_norm(ctx.n, d.in.c, d.out.c, x, dense.param(d.weight),
-                                      dense.param(d.bias), z, tail.finalize, workspace_.data());
-  });
-  // The head, the block's forward and its backward up to the batch norm's sums: the gradient that
-  // reaches the batch norm goes to grad_a_, where backward() starts.
-  tail.input.x = z;
-  const LayerPlan& head = fused_head_->plan();
-  timed(true, head.index, [&] {
-    backend_.dense_block_softmax_cross_entropy(
-        ctx.n, d.out.c, static_cast<int>(head.out.size()), tail.input,
-        fused_head_->param(head.weight), fused_head_->param(head.bias), labels_.data(), grad_scale,
-        grad_a_.data(), tail.sum_dy, tail.sum_dy_xhat, fused_head_->grad(head.weight),
-        fused_head_->grad(head.bias), metrics(), workspace_.data());
-  });
-  outputs_[dense_at] = z;
-  outputs_[last - 1] = nullptr;  // the block's output is never stored
-  outputs_[last] = nullptr;
-  tail_grad_ = BatchNormGradient{
-      grad_a_.data(),   z,           tail.input.mean,  tail.input.invstd,
-      tail.input.gamma, tail.sum_dy, tail.sum_dy_xhat, static_cast<double>(ctx.n)};
-  return true;
+  run_forward(ctx, eval_, 0.0f, /*with_loss=*/true);
 }
 
 void Replica::forward_train(const PassContext& ctx, float grad_scale) {
   MNIST_CHECK(ctx.training, "forward_train needs a training pass");
-  if (forward_dense_tail(ctx, grad_scale)) return;
-  if (!fused_head_) {
-    const float* logits = run_forward(ctx, layers_.size());
-    backend_.softmax_cross_entropy(ctx.n, model_.classes(), logits, labels_.data(), grad_scale,
-                                   dlogits_.data(), metrics());
-    return;
-  }
-  // The head's forward, loss and backward in one call: its parameter gradients are assigned here
-  // and the gradient of its input goes to grad_a_, where backward() starts.
-  const std::size_t last = layers_.size() - 1;
-  const float* x = run_forward(ctx, last);
-  const LayerPlan& head = fused_head_->plan();
-  float* dx = reaches_input(layers_, last) ? nullptr : grad_a_.data();
-  timed(true, head.index, [&] {
-    backend_.dense_softmax_cross_entropy(
-        ctx.n, static_cast<int>(head.in.size()), static_cast<int>(head.out.size()), x,
-        fused_head_->param(head.weight), fused_head_->param(head.bias), labels_.data(), grad_scale,
-        dx, fused_head_->grad(head.weight), fused_head_->grad(head.bias), metrics(),
-        workspace_.data());
-  });
-  outputs_[last] = nullptr;  // no logits are kept
+  last_train_ = nullptr;
+  Pass& pass = pass_for(ctx);
+  run_forward(ctx, pass, grad_scale, /*with_loss=*/true);
+  last_train_ = &pass;
 }
 
 void Replica::backward(const PassContext& ctx) {
-  // Walk back through the layers; dy of layer i is dx of layer i+1. Views pass dy through. A fused
-  // head has run its backward already and left its input's gradient in grad_a_.
-  const float* dy = fused_head_ ? grad_a_.data() : dlogits_.data();
-  float* spare[2] = {grad_a_.data(), grad_b_.data()};
-  int next = fused_head_ ? 1 : 0;
-  std::size_t end = layers_.size() - (fused_head_ ? 1 : 0);
-  if (tail_grad_.dy) {
-    // The dense tail: the dense layer's backward computes the block's batch-norm apply from the
-    // gradient the head left in grad_a_.
-    const std::size_t dense_at = layers_.size() - 3;
-    const Layer& dense = *layers_[dense_at];
-    const LayerPlan& d = dense.plan();
-    const float* x = dense_at == 0 ? input_.data() : outputs_[dense_at - 1];
-    float* dx = reaches_input(layers_, dense_at) ? nullptr : grad_b_.data();
-    timed(false, d.index, [&] {
-      backend_.dense_backward_batch_norm(ctx.n, d.in.c, d.out.c, x, tail_grad_,
-                                         dense.param(d.weight), dense.grad(d.weight),
-                                         dense.grad(d.bias), dx, workspace_.data());
-    });
-    dy = dx;
-    next = 0;
-    end = dense_at;
-  }
-  for (std::size_t i = end; i-- > 0;) {
-    Layer& layer = *layers_[i];
-    if (layer.is_view()) continue;
-    const float* x = i == 0 ? input_.data() : outputs_[i - 1];
-    // The gradient of the network's input is never used: skip computing it.
-    float* dx = reaches_input(layers_, i) ? nullptr : spare[next];
-    timed(false, layer.plan().index, [&] { layer.backward(ctx, x, outputs_[i], dy, dx); });
-    dy = dx;
-    next ^= 1;
+  MNIST_CHECK(last_train_ && last_train_ == &pass_for(ctx),
+              "backward needs the forward_train of the same pass kind before it");
+  Pass& pass = *last_train_;
+  // Walk back through the blocks; dy of a block is dx of the one after it. Views pass dy through.
+  // Each gradient goes to the ping-pong buffer that does not hold dy.
+  const float* dy = nullptr;
+  const auto spare = [&] { return dy == grad_a_.data() ? grad_b_.data() : grad_a_.data(); };
+  for (std::size_t b = pass.blocks.size(); b-- > 0;) {
+    const BlockPlan& block = pass.blocks[b];
+    switch (block.kind) {
+      case BlockKind::loss:
+        dy = dlogits_.data();
+        break;
+      case BlockKind::dense_head:  // its backward ran in its forward
+        dy = pass.saved[b].dx;
+        break;
+      case BlockKind::dense_tail: {
+        const Layer& dense = *layers_[block.layer];
+        const LayerPlan& d = dense.plan();
+        dy = pass.saved[b].tail.dy;  // the head's gradient at the block's batch norm
+        float* dx = reaches_input(block.layer) ? nullptr : spare();
+        timed(false, d.index, [&] {
+          backend_.dense_backward_batch_norm(ctx.n, d.in.c, d.out.c, input_of(block.layer),
+                                             pass.saved[b].tail, dense.param(d.weight),
+                                             dense.grad(d.weight), dense.grad(d.bias), dx,
+                                             workspace_.data());
+        });
+        dy = dx;
+        break;
+      }
+      case BlockKind::layer:
+      case BlockKind::gathered_layer: {
+        Layer& layer = *layers_[block.layer];
+        if (layer.is_view()) break;
+        // The gradient of the network's input is never used: skip computing it.
+        float* dx = reaches_input(block.layer) ? nullptr : spare();
+        timed(false, layer.plan().index,
+              [&] { layer.backward(ctx, input_of(block.layer), outputs_[block.layer], dy, dx); });
+        dy = dx;
+        break;
+      }
+    }
   }
 }
 

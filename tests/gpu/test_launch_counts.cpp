@@ -248,3 +248,28 @@ TEST_CASE(
     CHECK(c.host_syncs == (log_step ? 1u : 0u));
   }
 }
+
+// The blocks each CUDA engine's replica runs the seed network as (model/block_plan.hpp), pass kind
+// by pass kind: what the counts above are the kernels of, and docs/architecture.md's table.
+TEST_CASE("the block plan of the seed network on each CUDA engine", "[gpu][counts]") {
+  using namespace mnist;
+  const Model model =
+      Model::build(parse_experiment(testing::seed_network_yaml(), "seed-network.yaml").model);
+  const std::string unfused =
+      "conv2d batch_norm relu max_pool conv2d batch_norm relu max_pool flatten dense batch_norm "
+      "relu dropout dense loss";
+  for (const char* engine : {"native", "cublas"}) {
+    CAPTURE(engine);
+    Replica replica(model, gpu(engine), 4);
+    CHECK(replica.block_plan(PassKind::train_local_batch_norm) == unfused);
+    CHECK(replica.block_plan(PassKind::train_sync_batch_norm) == unfused);
+    CHECK(replica.block_plan(PassKind::eval) == unfused);
+  }
+  Replica fused(model, gpu("fused"), 4);
+  CHECK(fused.block_plan(PassKind::train_local_batch_norm) ==
+        "conv_block(gathered) conv_block flatten dense_tail");
+  CHECK(fused.block_plan(PassKind::train_sync_batch_norm) ==
+        "conv_block conv_block flatten dense dense_block dense_head");
+  CHECK(fused.block_plan(PassKind::eval) ==
+        "conv_block conv_block flatten dense dense_block dense loss");
+}
