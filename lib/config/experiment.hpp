@@ -17,6 +17,12 @@
 
 namespace mnist {
 
+// The largest value of any size key of the model (model.input's dimensions and each layer's
+// filters, units, kernel, stride, padding and pool size). Far beyond any network that fits a
+// device, and small enough that a product of two of them cannot overflow a 64-bit count; the
+// model's plan (model/model.hpp) checks the products themselves.
+inline constexpr int kMaxSizeKey = 1 << 20;
+
 struct InitSpec {
   InitKind kind = InitKind::truncated_normal;
   float mean = 0.0f;
