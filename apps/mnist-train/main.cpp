@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <thread>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -28,6 +29,7 @@
 #include "train/device_plan.hpp"
 #include "train/evaluation.hpp"
 #include "train/progress.hpp"
+#include "train/run_memory.hpp"
 #include "train/session.hpp"
 
 namespace {
@@ -127,6 +129,9 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   const mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
   const mnist::Model model = mnist::Model::build(experiment.model);
   const mnist::DevicePlan devices = device_plan(experiment);
+  // Before the data is read: a run too large for the machine is refused at once (the dataset's
+  // share is added once it is known).
+  mnist::check_training_memory(experiment, model, devices, group.size(), 0);
   if (dry_run) {
     if (group.rank() == 0)
       std::cout << mnist::to_yaml(experiment) << "\n"
@@ -454,6 +459,14 @@ int report_error(std::exception_ptr error, const std::string& who) {
   } catch (const mnist::DivergenceError& e) {
     std::cerr << who + "diverged: " + e.what() + "\n";
     return kExitDiverged;
+  } catch (const std::bad_alloc&) {
+    // A last resort: the plan's estimate (train/run_memory.hpp) refuses runs it knows are too
+    // large, so this is memory that ran out while running (other processes took it, say).
+    std::cerr << who +
+                     "error: out of host memory: an allocation failed; free memory, or lower "
+                     "train.batch_per_device / train.global_batch, train.eval_batch or "
+                     "devices.cpu_workers\n";
+    return kExitRuntime;
   } catch (const std::exception& e) {
     std::cerr << who + "error: " + e.what() + "\n";
     return kExitRuntime;

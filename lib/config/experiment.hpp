@@ -159,6 +159,11 @@ struct Experiment {
   std::string source_path;  // the file it came from, for messages
 };
 
+// The largest config file the tool reads: the shipped configs are a few KiB, and a person writes
+// far less than this. A larger file (or one that is not a regular file: a FIFO, /dev/zero) is
+// refused before it is parsed.
+inline constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
+
 // Reads and validates `path`, removing the `unsets` keys ("train.epochs") and then applying
 // `overrides` ("train.steps=50", YAML values) first. An override of one of two exclusive keys
 // (train.steps / epochs, train.batch_per_device / global_batch) replaces the other.

@@ -14,7 +14,7 @@
 namespace mnist {
 
 // The most values any one tensor may hold: a per-sample activation, a parameter tensor, the flat
-// parameter buffer. Kernels index a tensor with
+// parameter buffer, and (train/run_memory.hpp) a batch's activation. Kernels index a tensor with
 // 32-bit integers on the GPU.
 inline constexpr int64_t kMaxTensorValues = 0x7fffffff;
 

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
+
 #include "support/idx_writer.hpp"
 
 namespace {
@@ -16,10 +18,11 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-// Runs the real binary with `args` (a shell-quoted string) from the source directory.
+// Runs the real binary with `args` (a shell-quoted string) from the source directory. A run that
+// would hang (a FIFO waited on) is killed after 120 s and reads as exit 124 or 137.
 Result run_cli(const std::string& args) {
   const std::string command =
-      "cd '" MNIST_SOURCE_DIR "' && '" MNIST_TRAIN_BIN "' " + args + " 2>&1";
+      "cd '" MNIST_SOURCE_DIR "' && timeout -k 5 120 '" MNIST_TRAIN_BIN "' " + args + " 2>&1";
   Result r;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe);
@@ -195,4 +198,132 @@ TEST_CASE("a label beyond model.classes in an IDX file is a data error (exit 2) 
   CHECK(r.output.find(dir.file("train-labels-idx1-ubyte")) != std::string::npos);
   CHECK(r.output.find("label 10 at byte offset 45") != std::string::npos);
   CHECK(r.output.find("0..9") != std::string::npos);
+}
+
+namespace {
+
+// A custom dataset of n training and 16 test images of 28x28 in dir, for runs that must reach the
+// data or the model's set-up.
+std::string synthetic_data(const mnist::test::ScratchDir& dir, int n = 64) {
+  std::vector<uint8_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = static_cast<uint8_t>(i % 10);
+  mnist::test::write_idx_images(dir.file("train-images-idx3-ubyte"), n, 28, 28,
+                                std::vector<uint8_t>(n * 28 * 28, 7));
+  mnist::test::write_idx_labels(dir.file("train-labels-idx1-ubyte"), labels);
+  mnist::test::write_idx_images(dir.file("t10k-images-idx3-ubyte"), 16, 28, 28,
+                                std::vector<uint8_t>(16 * 28 * 28, 7));
+  mnist::test::write_idx_labels(dir.file("t10k-labels-idx1-ubyte"), std::vector<uint8_t>(16, 1));
+  return "--config configs/cpu_quickstart.yaml --set data.dataset=custom --set data.dir=" +
+         dir.path() + " --set output.dir=" + dir.file("run") + " ";
+}
+
+bool has(const Result& r, const std::string& piece) {
+  return r.output.find(piece) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("shapes and counts past what the tool represents exit 2 naming the key, never crash",
+          "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  // Once a SIGSEGV after the start line.
+  Result r = run_cli(run + "--set 'model.layers[0].conv2d.padding=2147483647'");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "model.layers[0].conv2d.padding") && has(r, "[0, 1048576]")));
+  // Fits a sample, not a batch: refused before any allocation, naming the batch key (here the
+  // evaluation batch, the larger of the two).
+  r = run_cli(run + "--set 'model.layers[0].conv2d.padding=2000'");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "train.eval_batch") && has(r, "the kernels index") && has(r, "model.layers[0]")));
+  // Once -9223372036854775808 steps, 0 trained, exit 0 with an "accuracy".
+  for (const char* epochs : {"1e308", "1e19"}) {
+    r = run_cli(synthetic_data(dir) + "--set train.epochs=" + epochs);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK((has(r, "train.epochs") && has(r, "steps")));
+  }
+}
+
+TEST_CASE(
+    "runs too large for the host exit 2 with the memory they need and the key, never "
+    "std::bad_alloc",
+    "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  Result r = run_cli(run + "--set train.batch_per_device=2147483647");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(has(r, "train.batch_per_device"));
+  CHECK_FALSE(has(r, "bad_alloc"));
+  // 64 replicas of 300,000 samples: every tensor fits its indexing, the sum is about 730 GiB.
+  r = run_cli(run + "--set devices.cpu_workers=64 --set train.batch_per_device=300000");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "train.batch_per_device: training with 64 workers") &&
+         has(r, "MiB of host memory;") && has(r, "MiB are available")));
+  CHECK_FALSE(has(r, "bad_alloc"));
+  r = run_cli("--config configs/cpu_quickstart.yaml bench --batch 100000000 --steps 1");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(has(r, "--batch"));
+  CHECK_FALSE(has(r, "bad_alloc"));
+}
+
+TEST_CASE("a gzip bomb as training images exits 2 naming the file and the sizes", "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  // The header promises 64 images; 64 MiB of zeros follow them (about 64 KiB compressed).
+  std::vector<uint8_t> bytes =
+      mnist::test::idx_images_bytes(64, 28, 28, std::vector<uint8_t>(64 * 28 * 28, 7));
+  bytes.resize(bytes.size() + (64u << 20), 0);
+  std::filesystem::remove(dir.file("train-images-idx3-ubyte"));
+  mnist::test::write_bytes(dir.file("train-images-idx3-ubyte.gz"), bytes,
+                           mnist::test::Compression::gzip);
+  const Result r = run_cli(run);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, dir.file("train-images-idx3-ubyte.gz")) && has(r, "64 images of 28x28") &&
+         has(r, "implies 50192 bytes") && has(r, "one byte past")));
+}
+
+TEST_CASE("special files exit 2 by name and never block: config, data, outputs", "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string fifo = dir.file("fifo.yaml");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  Result r = run_cli("--config " + fifo + " --dry-run");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, fifo) && has(r, "FIFO")));
+  r = run_cli("--config /dev/zero --dry-run");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "/dev/zero") && has(r, "character device")));
+
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  // A FIFO as a data file.
+  std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte"));
+  REQUIRE(::mkfifo(dir.file("t10k-labels-idx1-ubyte").c_str(), 0600) == 0);
+  r = run_cli(run);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, dir.file("t10k-labels-idx1-ubyte")) && has(r, "FIFO")));
+  std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte"));
+  mnist::test::write_idx_labels(dir.file("t10k-labels-idx1-ubyte"), std::vector<uint8_t>(16, 1));
+
+  // A FIFO left as metrics.jsonl: refused; one left as summary.json: replaced.
+  std::filesystem::create_directories(dir.file("run"));
+  REQUIRE(::mkfifo(dir.file("run/metrics.jsonl").c_str(), 0600) == 0);
+  r = run_cli(run);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "metrics.jsonl") && has(r, "FIFO")));
+  std::filesystem::remove(dir.file("run/metrics.jsonl"));
+  REQUIRE(::mkfifo(dir.file("run/summary.json").c_str(), 0600) == 0);
+  r = run_cli(run);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(std::filesystem::is_regular_file(dir.file("run/summary.json")));
 }

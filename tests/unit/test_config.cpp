@@ -714,7 +714,7 @@ TEST_CASE("a config file that cannot be read names the file", "[config]") {
                        Catch::Matchers::Predicate<ConfigError>([&](const ConfigError& e) {
                          std::string m = e.what();
                          return m.find(missing) != std::string::npos &&
-                                m.find("cannot open") != std::string::npos;
+                                m.find("config file not found") != std::string::npos;
                        }));
 }
 
