@@ -412,6 +412,14 @@ std::string read_provenance(const std::string& dir) {
   return fetched.empty() ? source : fmt::format("{} (fetched {})", source, fetched);
 }
 
+void check_images_fit_model(const ImageSet& set, int c, int h, int w) {
+  if (set.rows == h && set.cols == w && c == 1) return;
+  MNIST_THROW(DataError,
+              "{}: images are 1x{}x{} (channels x rows x cols; these files have one channel) but "
+              "model.input is [{}, {}, {}]; they must match",
+              set.images_path, set.rows, set.cols, c, h, w);
+}
+
 void hold_out_first(ImageSet& set, int n) {
   MNIST_CHECK(n >= 0 && n <= set.count, "cannot hold out {} of {} images", n, set.count);
   const std::size_t pixels = static_cast<std::size_t>(set.pixels_per_image());

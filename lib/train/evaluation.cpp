@@ -17,9 +17,7 @@ std::vector<std::vector<float>> probabilities(const Experiment& experiment, cons
                                               std::unique_ptr<Backend> backend,
                                               const CheckpointState& weights,
                                               const ImageSet& images, int batch, bool labelled) {
-  if (images.rows != model.input().h || images.cols != model.input().w || model.input().c != 1)
-    MNIST_THROW(DataError, "{}: images are {}x{} but the model takes {}", images.images_path,
-                images.rows, images.cols, model.input().str());
+  check_images_fit_model(images, model.input().c, model.input().h, model.input().w);
   batch = std::max(1, std::min(batch, std::max(images.count, 1)));
   auto inputs = std::make_shared<RunInputs>();
   inputs->experiment = experiment;

@@ -327,3 +327,15 @@ TEST_CASE("special files exit 2 by name and never block: config, data, outputs",
   CHECK(r.code == 0);
   CHECK(std::filesystem::is_regular_file(dir.file("run/summary.json")));
 }
+
+TEST_CASE("a model whose input channels differ from the data's exits 2 naming both",
+          "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  // Once trained and exited 0, the gather copying 784 bytes into a 2,352-value input.
+  const Result r =
+      run_cli(synthetic_data(dir) + "--set train.steps=2 --set 'model.input=[3, 28, 28]'");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, dir.file("train-images-idx3-ubyte")) && has(r, "1x28x28") &&
+         has(r, "model.input is [3, 28, 28]")));
+}

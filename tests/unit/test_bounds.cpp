@@ -1,7 +1,7 @@
 // Hostile and careless inputs meet a bound before they meet an allocation, an overflow or a
 // blocking open: every size key swept to its extremes, derived counts beyond what a run
 // represents, gzip bombs, oversized or special config and data files, outputs that are FIFOs,
-// and the host-memory estimate of a run.
+// models that do not match their data, and the host-memory estimate of a run.
 
 #include <catch2/catch.hpp>
 
@@ -258,4 +258,17 @@ TEST_CASE("outputs never block: a FIFO as metrics.jsonl is refused, one as summa
   std::ifstream in(summary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK_THAT(text, Contains("\"name\":\"bounds\""));
+}
+
+TEST_CASE("model.input must match the images: channels as well as height and width",
+          "[bounds][data]") {
+  mnist::ImageSet set;
+  set.count = 1;
+  set.rows = set.cols = 28;
+  set.images_path = "train-images-idx3-ubyte";
+  CHECK_NOTHROW(mnist::check_images_fit_model(set, 1, 28, 28));
+  CHECK_THROWS_WITH(mnist::check_images_fit_model(set, 3, 28, 28),
+                    Contains("train-images-idx3-ubyte") && Contains("1x28x28") &&
+                        Contains("model.input is [3, 28, 28]"));
+  CHECK_THROWS_AS(mnist::check_images_fit_model(set, 1, 28, 27), DataError);
 }
