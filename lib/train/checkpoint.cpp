@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -439,8 +440,17 @@ CheckpointState load_checkpoint(const std::string& path, const Model& model) {
     MNIST_THROW(DataError, "cannot read the {}-byte data section of '{}' (changed while reading?)",
                 data_size, path);
   for (const FileTensor& f : found) {
-    std::memcpy(buffer_of(ckpt, f.ref->buffer).data() + f.ref->offset, data.data() + f.begin,
-                f.end - f.begin);
+    float* values = buffer_of(ckpt, f.ref->buffer).data() + f.ref->offset;
+    std::memcpy(values, data.data() + f.begin, f.end - f.begin);
+    // A NaN or an infinity would train into NaN or evaluate to garbage: such a file is refused
+    // as damaged (and --resume auto passes over it to an older one).
+    for (std::size_t i = 0; i < f.ref->count; ++i)
+      if (!std::isfinite(values[i]))
+        MNIST_THROW(DataError,
+                    "'{}': tensor '{}' holds {} at index {} (byte offset {}); a checkpoint must "
+                    "hold finite values only (damaged, or saved from a diverged run)",
+                    path, f.name, values[i], i,
+                    file_size - data_size + f.begin + i * sizeof(float));
   }
   return ckpt;
 }

@@ -339,3 +339,39 @@ TEST_CASE("a model whose input channels differ from the data's exits 2 naming bo
   CHECK((has(r, dir.file("train-images-idx3-ubyte")) && has(r, "1x28x28") &&
          has(r, "model.input is [3, 28, 28]")));
 }
+
+TEST_CASE("a checkpoint holding NaN exits 2 in eval and predict, and --resume auto passes over it",
+          "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  Result r = run_cli(run);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  std::string checkpoint;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("run/checkpoints")))
+    if (entry.path().extension() == ".safetensors") checkpoint = entry.path().string();
+  REQUIRE_FALSE(checkpoint.empty());
+  // The first float of the data section (after the 8-byte length and the JSON header) becomes NaN.
+  std::fstream file(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
+  unsigned char length[8];
+  file.read(reinterpret_cast<char*>(length), 8);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | length[i];
+  const unsigned char nan[4] = {0x00, 0x00, 0xc0, 0x7f};  // 0x7fc00000, little-endian
+  file.seekp(static_cast<std::streamoff>(8 + header));
+  file.write(reinterpret_cast<const char*>(nan), 4);
+  file.close();
+
+  r = run_cli("eval --checkpoint " + checkpoint + " --data " + dir.path());
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, checkpoint) && has(r, "holds nan at index 0") && has(r, "finite values only")));
+  r = run_cli("predict --checkpoint " + checkpoint + " " + dir.file("t10k-images-idx3-ubyte"));
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(has(r, "holds nan at index 0"));
+  r = run_cli(run + "--resume auto");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK((has(r, "skipping damaged checkpoint") && has(r, "holds nan")));
+}
