@@ -375,3 +375,41 @@ TEST_CASE("a checkpoint holding NaN exits 2 in eval and predict, and --resume au
   CHECK(r.code == 0);
   CHECK((has(r, "skipping damaged checkpoint") && has(r, "holds nan")));
 }
+
+TEST_CASE("SIGTERM in a run's first moments is a stop request: a step, a checkpoint, exit 3",
+          "[cli][signals]") {
+  mnist::test::ScratchDir dir;
+  // 60,000 training images make the start-up (reading, checking, uploading them) last a while.
+  const std::string run = synthetic_data(dir, 60000) + "--set train.steps=100000 ";
+  // 20 ms: the process is starting up (loading, arguments, config); 150 ms: the data or the
+  // device set-up; 1 s: training. Each ends the same way, never by the signal's default action.
+  for (const char* delay : {"0.02", "0.15", "1"}) {
+    std::filesystem::remove_all(dir.file("run"));
+    const std::string command = "cd '" MNIST_SOURCE_DIR "' && ('" MNIST_TRAIN_BIN "' " + run +
+                                "> '" + dir.file("out") + "' 2>&1 & pid=$!; sleep " + delay +
+                                "; kill -TERM $pid; wait $pid; echo $?)";
+    FILE* pipe = popen(command.c_str(), "r");
+    REQUIRE(pipe);
+    char buf[64] = {0};
+    const bool got = std::fgets(buf, sizeof buf, pipe) != nullptr;
+    pclose(pipe);
+    std::ifstream out(dir.file("out"));
+    const std::string output((std::istreambuf_iterator<char>(out)),
+                             std::istreambuf_iterator<char>());
+    INFO("delay " << delay << " s:\n" << output);
+    REQUIRE(got);
+    CHECK(std::atoi(buf) == 3);
+    CHECK(output.find("stop requested") != std::string::npos);
+    // The step it stopped after depends on the delay; a checkpoint of it is there.
+    CHECK(output.find("stopped at step") != std::string::npos);
+    CHECK_FALSE(std::filesystem::is_empty(dir.file("run/checkpoints")));
+  }
+}
+
+TEST_CASE("bench --engines with an engine the devices do not run is a usage error (exit 2)",
+          "[cli][bounds]") {
+  const Result r = run_cli("--config configs/cpu_quickstart.yaml bench --engines cudnn --steps 1");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "--engines: 'cudnn'") && has(r, "native")));
+}
