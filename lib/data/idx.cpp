@@ -335,6 +335,22 @@ ImageSet read_idx_pair(const std::string& images_path, const std::string& labels
   if (num_classes < 1 || num_classes > 256) {
     MNIST_THROW(DataError, "num_classes is {}; IDX uint8 labels allow 1..256", num_classes);
   }
+  // The two headers first: counts that disagree are refused before either body is read (an
+  // images header may promise up to 2 GiB). Headers that are not IDX are left to the readers
+  // below, which say what is wrong with them.
+  const std::vector<uint8_t> image_header = read_file_prefix(images_path, kIdxImagesHeaderBytes);
+  const std::vector<uint8_t> label_header = read_file_prefix(labels_path, kIdxLabelsHeaderBytes);
+  if (image_header.size() == kIdxImagesHeaderBytes &&
+      read_be32(image_header.data()) == kIdxImagesMagic &&
+      label_header.size() == kIdxLabelsHeaderBytes &&
+      read_be32(label_header.data()) == kIdxLabelsMagic &&
+      read_be32(image_header.data() + 4) != read_be32(label_header.data() + 4)) {
+    MNIST_THROW(DataError,
+                "'{}' holds {} images but '{}' holds {} labels (header counts at byte offset 4); "
+                "they must match",
+                images_path, read_be32(image_header.data() + 4), labels_path,
+                read_be32(label_header.data() + 4));
+  }
   IdxImages images = read_idx_images(images_path);
   std::vector<uint8_t> labels = read_idx_labels(labels_path);
   if (labels.size() != static_cast<size_t>(images.count)) {

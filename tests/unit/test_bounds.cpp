@@ -201,6 +201,19 @@ TEST_CASE("a gzip bomb is refused after one byte past the header's promise", "[b
                     Contains(dir.file("bomb.gz")) && Contains("more than 1048576 bytes"));
 }
 
+TEST_CASE("image and label counts are compared from the headers, before a body is read",
+          "[bounds][idx]") {
+  ScratchDir dir;
+  // The images header promises 2,739,137 images of 28x28 (2 GiB) and none follow: the counts
+  // disagree with the labels', which is said without reading (or waiting for) the 2 GiB.
+  mnist::test::write_bytes(dir.file("img"), mnist::test::idx_images_bytes(2739137, 28, 28, {}),
+                           mnist::test::Compression::gzip);
+  mnist::test::write_idx_labels(dir.file("lbl"), {1, 2});
+  CHECK_THROWS_WITH(
+      mnist::read_idx_pair(dir.file("img"), dir.file("lbl"), 10),
+      Contains("holds 2739137 images") && Contains("holds 2 labels") && Contains("header counts"));
+}
+
 TEST_CASE("special files are refused by name without blocking: config, data, PROVENANCE",
           "[bounds][config][idx]") {
   ScratchDir dir;
