@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "config/experiment.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
@@ -23,6 +24,7 @@
 #include "model/model.hpp"
 #include "support/idx_writer.hpp"
 #include "support/synthetic.hpp"
+#include "train/evaluation.hpp"
 #include "train/run_log.hpp"
 #include "train/run_memory.hpp"
 #include "train/worker.hpp"
@@ -284,4 +286,27 @@ TEST_CASE("model.input must match the images: channels as well as height and wid
                     Contains("train-images-idx3-ubyte") && Contains("1x28x28") &&
                         Contains("model.input is [3, 28, 28]"));
   CHECK_THROWS_AS(mnist::check_images_fit_model(set, 1, 28, 27), DataError);
+}
+
+TEST_CASE("evaluation sizes its batch against the tensor limit before allocating a replica",
+          "[bounds][evaluation]") {
+  // 1024 filters of a 228x228 output (padding 100): 53 million values per sample, so 64 images
+  // in one batch would index past 2^31.
+  const mnist::Experiment e = mnist::parse_experiment(
+      kNetwork, "bounds.yaml",
+      {"model.layers[0].conv2d.filters=1024", "model.layers[0].conv2d.padding=100"});
+  const mnist::Model model = mnist::Model::build(e.model);
+  mnist::ImageSet images;
+  images.count = 64;
+  images.rows = images.cols = 28;
+  images.pixels.assign(64 * 784, 0);
+  images.labels.assign(64, 0);
+  images.images_path = "t10k-images-idx3-ubyte";
+  mnist::CheckpointState weights;
+  weights.params = model.initial_params(1);
+  weights.state = model.initial_state();
+  CHECK_THROWS_WITH(
+      mnist::predict_probabilities(e, model, mnist::make_cpu_backend(mnist::BackendOptions{}),
+                                   weights, images, 64),
+      Contains("train.eval_batch") && Contains("the kernels index") && Contains("model.layers[0]"));
 }
