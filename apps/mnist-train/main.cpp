@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <thread>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -28,6 +29,7 @@
 #include "train/device_plan.hpp"
 #include "train/evaluation.hpp"
 #include "train/progress.hpp"
+#include "train/run_memory.hpp"
 #include "train/session.hpp"
 
 namespace {
@@ -78,6 +80,7 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& level,
 // first but exits 75, "requeue me". Handlers only store to a lock-free atomic and write(2).
 std::atomic<int> g_stop{mnist::kNoStop};
 std::atomic<int> g_interrupts{0};
+std::atomic<int> g_signal{0};  // the last signal received
 
 // Starts a handler's message on a clean line when the live status line is drawn.
 void clear_status_line() {
@@ -86,6 +89,7 @@ void clear_status_line() {
 }
 
 extern "C" void on_signal(int sig) {
+  g_signal = sig;
   if (sig == SIGUSR1) {
     g_stop = mnist::kStopRequeue;
     return;
@@ -110,6 +114,16 @@ void install_signal_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &action, nullptr);
 }
 
+// The handlers are installed first thing, before the arguments say which command runs, so a
+// signal in a training run's first milliseconds is a stop request like any other (the run
+// finishes its first step, saves a checkpoint and exits 3 or 75). The other commands never poll
+// for a stop: they get the default actions back, and a signal that came meanwhile acts now.
+void restore_default_signals() {
+  const int pending = g_signal.load();
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, SIG_DFL);
+  if (pending != 0) std::raise(pending);
+}
+
 mnist::DevicePlan device_plan(const mnist::Experiment& experiment) {
   std::string why_no_gpu;
   const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
@@ -127,6 +141,9 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   const mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
   const mnist::Model model = mnist::Model::build(experiment.model);
   const mnist::DevicePlan devices = device_plan(experiment);
+  // Before the data is read: a run too large for the machine is refused at once (the dataset's
+  // share is added once it is known).
+  mnist::check_training_memory(experiment, model, devices, group.size(), 0);
   if (dry_run) {
     if (group.rank() == 0)
       std::cout << mnist::to_yaml(experiment) << "\n"
@@ -139,7 +156,6 @@ int train_command(const std::string& config_path, const std::vector<std::string>
   options.force_resume = force_resume;
   options.progress = std::move(progress);
   options.trainer.stop_requested = [] { return g_stop.load(); };
-  install_signal_handlers();
   const mnist::SessionResult result =
       mnist::run_session(experiment, model, devices, options, std::move(log), group);
   switch (result.outcome) {
@@ -244,6 +260,16 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
     }
   }
   const bool cpu = devices.kind == mnist::DeviceKind::cpu;
+  // An engine the plan's backend does not run is a wrong argument (exit 2), said before any work.
+  const std::vector<mnist::Engine> runnable = cpu ? mnist::cpu_engines() : mnist::cuda_engines();
+  for (mnist::Engine engine : engine_list) {
+    if (std::find(runnable.begin(), runnable.end(), engine) != runnable.end()) continue;
+    std::vector<std::string> names;
+    for (mnist::Engine e : runnable) names.emplace_back(mnist::to_string(e));
+    MNIST_THROW(mnist::UsageError,
+                "--engines: '{}' does not run on {} (the config's devices); engines there: {}",
+                mnist::to_string(engine), devices.describe(), fmt::join(names, ", "));
+  }
   if (!json)
     std::cout << fmt::format(
         "benchmark of {} ({} trainable parameters, {:.3f} forward MFLOP/sample), {}\n", config_path,
@@ -409,6 +435,9 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       logger->set_pattern(fmt::format("[%H:%M:%S] {} %^%l%$ %v", group.label()));
       if (group.rank() != 0) logger->set_level(std::max(logger->level(), spdlog::level::warn));
     }
+    const bool training =
+        !*devices_cmd && !*convert_cmd && !*eval_cmd && !*predict_cmd && !*bench_cmd && !dry_run;
+    if (!training) restore_default_signals();
     if (*devices_cmd) {
       std::cout << mnist::describe_visible_gpus();
       return kExitOk;
@@ -454,6 +483,14 @@ int report_error(std::exception_ptr error, const std::string& who) {
   } catch (const mnist::DivergenceError& e) {
     std::cerr << who + "diverged: " + e.what() + "\n";
     return kExitDiverged;
+  } catch (const std::bad_alloc&) {
+    // A last resort: the plan's estimate (train/run_memory.hpp) refuses runs it knows are too
+    // large, so this is memory that ran out while running (other processes took it, say).
+    std::cerr << who +
+                     "error: out of host memory: an allocation failed; free memory, or lower "
+                     "train.batch_per_device / train.global_batch, train.eval_batch or "
+                     "devices.cpu_workers\n";
+    return kExitRuntime;
   } catch (const std::exception& e) {
     std::cerr << who + "error: " + e.what() + "\n";
     return kExitRuntime;
@@ -471,6 +508,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<mnist::ProcessGroup> group;
   try {
     group = mnist::ProcessGroup::create(&argc, &argv);  // first: MPI may consume its arguments
+    // Right after MPI_Init (which may install handlers of its own): before anything slow.
+    install_signal_handlers();
   } catch (const std::exception& e) {
     std::cerr << "mnist-train: error: " << e.what() << "\n";
     return kExitRuntime;

@@ -11,17 +11,13 @@
 
 #include "config/experiment.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include <yaml-cpp/yaml.h>
 
 #include "config/overrides.hpp"
 #include "config/sections.hpp"
 #include "config/yaml_reader.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace mnist {
 
@@ -46,12 +42,14 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& sou
 
 Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                            const std::vector<std::string>& unsets) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    MNIST_THROW(ConfigError, "{}: cannot open the config file: {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_experiment(text.str(), path, overrides, unsets);
+  std::string text;
+  try {
+    text = read_regular_file(path, kMaxConfigBytes, "config file");
+  } catch (const DataError& e) {
+    // The file is the config: the same words, the config's error class.
+    throw ConfigError(e.what());
+  }
+  return parse_experiment(text, path, overrides, unsets);
 }
 
 }  // namespace mnist

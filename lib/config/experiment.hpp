@@ -17,6 +17,12 @@
 
 namespace mnist {
 
+// The largest value of any size key of the model (model.input's dimensions and each layer's
+// filters, units, kernel, stride, padding and pool size). Far beyond any network that fits a
+// device, and small enough that a product of two of them cannot overflow a 64-bit count; the
+// model's plan (model/model.hpp) checks the products themselves.
+inline constexpr int kMaxSizeKey = 1 << 20;
+
 struct InitSpec {
   InitKind kind = InitKind::truncated_normal;
   float mean = 0.0f;
@@ -152,6 +158,11 @@ struct Experiment {
   CheckpointConfig checkpoint;
   std::string source_path;  // the file it came from, for messages
 };
+
+// The largest config file the tool reads: the shipped configs are a few KiB, and a person writes
+// far less than this. A larger file (or one that is not a regular file: a FIFO, /dev/zero) is
+// refused before it is parsed.
+inline constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 // Reads and validates `path`, removing the `unsets` keys ("train.epochs") and then applying
 // `overrides` ("train.steps=50", YAML values) first. An override of one of two exclusive keys

@@ -105,12 +105,13 @@ void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSp
     if (!s.has(required))
       ctx.r.fail_at(s.mark(), s.path(), fmt::format("'{}' is required", required));
   }
-  s.integer("filters", spec.filters, 1);
-  s.integer("kernel", spec.kernel, 1);
-  s.integer("stride", spec.stride, 1);
+  s.integer("filters", spec.filters, 1, kMaxSizeKey);
+  s.integer("kernel", spec.kernel, 1, kMaxSizeKey);
+  s.integer("stride", spec.stride, 1, kMaxSizeKey);
   if (s.has("padding")) {
     YAML::Node v = s.value("padding");
-    const char* rule = "must be same, valid or an integer >= 0 (pixels on each side)";
+    const std::string rule = fmt::format(
+        "must be same, valid or an integer in [0, {}] (pixels on each side)", kMaxSizeKey);
     if (is_plain_scalar(v) && v.Scalar() == "same") {
       spec.padding = PaddingMode::same;
     } else if (is_plain_scalar(v) && v.Scalar() == "valid") {
@@ -118,8 +119,8 @@ void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSp
     } else if (is_plain_scalar(v) && !v.Scalar().empty() &&
                v.Scalar().find_first_not_of("0123456789") == std::string::npos) {
       spec.padding = PaddingMode::explicit_pixels;
-      spec.padding_pixels = static_cast<int>(
-          read_integer(ctx.r, v, s.child("padding"), 0, std::numeric_limits<int>::max(), false));
+      spec.padding_pixels =
+          static_cast<int>(read_integer(ctx.r, v, s.child("padding"), 0, kMaxSizeKey));
     } else {
       ctx.r.fail_value(v, s.child("padding"), rule);
     }
@@ -130,15 +131,15 @@ void parse_conv2d(const LayerContext& ctx, const Section& s, std::vector<LayerSp
 void parse_dense(const LayerContext& ctx, const Section& s, std::vector<LayerSpec>& out) {
   LayerSpec spec = base_spec(ctx, LayerKind::dense);
   if (!s.has("units")) ctx.r.fail_at(s.mark(), s.path(), "'units' is required");
-  s.integer("units", spec.units, 1);
+  s.integer("units", spec.units, 1, kMaxSizeKey);
   parse_weighted_tail(ctx, s, spec, out);
 }
 
 void parse_max_pool(const LayerContext& ctx, const Section& s, std::vector<LayerSpec>& out) {
   LayerSpec spec = base_spec(ctx, LayerKind::max_pool);
-  s.integer("size", spec.pool_size, 1);
+  s.integer("size", spec.pool_size, 1, kMaxSizeKey);
   spec.stride = spec.pool_size;  // non-overlapping windows unless told otherwise
-  s.integer("stride", spec.stride, 1);
+  s.integer("stride", spec.stride, 1, kMaxSizeKey);
   out.push_back(spec);
 }
 

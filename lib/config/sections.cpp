@@ -37,12 +37,13 @@ ModelConfig parse_model(const Reporter& r, const Section& top) {
   Section s = top.section("model", {"input", "classes", "init", "batch_norm", "layers"});
   if (s.has("input")) {
     YAML::Node v = s.value("input");
-    const char* rule = "must be a list of three integers [channels, height, width], each >= 1";
+    const std::string rule = fmt::format(
+        "must be a list of three integers [channels, height, width], each in [1, {}]", kMaxSizeKey);
     if (!v.IsSequence() || v.size() != 3) r.fail_value(v, s.child("input"), rule);
     int* dims[3] = {&model.input_c, &model.input_h, &model.input_w};
     for (size_t i = 0; i < 3; ++i) {
       *dims[i] = static_cast<int>(
-          read_integer(r, v[i], fmt::format("{}[{}]", s.child("input"), i), 1, 1 << 20));
+          read_integer(r, v[i], fmt::format("{}[{}]", s.child("input"), i), 1, kMaxSizeKey));
     }
   }
   s.integer("classes", model.classes, 2, 255);  // labels are stored as bytes

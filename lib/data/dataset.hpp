@@ -35,6 +35,11 @@ ImageSet read_idx_pair(const std::string& images_path, const std::string& labels
 // cfg.validation_size training images (TensorFlow 1's validation split, never trained on).
 Dataset load_dataset(const DataConfig& cfg, int num_classes);
 
+// Checks that `set`'s images are what a model with model.input [c, h, w] reads: every image file
+// this tool reads (IDX uint8, PGM) has one channel, so c must be 1, and h x w must be the images'
+// rows x cols. Throws DataError naming the file, its image size and model.input.
+void check_images_fit_model(const ImageSet& set, int c, int h, int w);
+
 // Removes the first n images of `set` (0 <= n <= count).
 void hold_out_first(ImageSet& set, int n);
 

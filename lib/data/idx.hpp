@@ -37,12 +37,17 @@ struct IdxImages {
 };
 
 // The whole file as bytes, gunzipped if it starts with the gzip magic. Throws DataError when the
-// file is missing or unreadable, or the gzip stream is corrupt, truncated or followed by garbage.
-std::vector<uint8_t> read_file_maybe_gzip(const std::string& path);
+// file is missing, unreadable or not a regular file (a FIFO is refused, never waited on), when
+// its contents pass `max_bytes` (reading stops there), or when the gzip stream is corrupt,
+// truncated or followed by garbage.
+std::vector<uint8_t> read_file_maybe_gzip(const std::string& path, uint64_t max_bytes);
+// The first `n` bytes of the contents (fewer when it is shorter), read the same way.
+std::vector<uint8_t> read_file_prefix(const std::string& path, std::size_t n);
 
-// Parses one IDX file of the given kind. Checks: magic, non-zero and plausible dimensions, and that
-// the file holds exactly header + data bytes (reports truncation or trailing bytes with both
-// counts).
+// Parses one IDX file of the given kind. Checks: magic, non-zero and plausible dimensions, that
+// the host has the memory the header promises, and that the file holds exactly header + data
+// bytes (reports truncation or trailing bytes with both counts). Reads at most one byte more than
+// the header promises, so a gzip bomb is refused after that byte.
 IdxImages read_idx_images(const std::string& path);
 // Labels are returned unchecked against a class count; read_idx_pair checks the range.
 std::vector<uint8_t> read_idx_labels(const std::string& path);

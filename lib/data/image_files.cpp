@@ -58,8 +58,10 @@ ImageSet read_pgm(const std::string& path, const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 ImageSet read_images_for_prediction(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_file_maybe_gzip(path);
-  if (bytes.size() >= 2 && bytes[0] == 'P' && bytes[1] == '5') return read_pgm(path, bytes);
+  const std::vector<uint8_t> bytes = read_file_prefix(path, 4);
+  // A PGM's header is text of a few dozen bytes, and its sides are IDX's at most.
+  if (bytes.size() >= 2 && bytes[0] == 'P' && bytes[1] == '5')
+    return read_pgm(path, read_file_maybe_gzip(path, uint64_t{kIdxMaxSide} * kIdxMaxSide + 4096));
   if (bytes.size() >= 4 && bytes[0] == 0 && bytes[1] == 0 && bytes[2] == 8 && bytes[3] == 3) {
     IdxImages idx = read_idx_images(path);
     ImageSet set;

@@ -111,7 +111,9 @@ class Cursor {
 
 std::vector<uint8_t> read_npm_digit_file(const std::string& path) {
   // The package ships plain JSON; a gzipped copy is accepted too since the reader detects it.
-  const std::vector<uint8_t> text = read_file_maybe_gzip(path);
+  // A digit file holds about a thousand 784-pixel images as JSON numbers; 256 MiB is far beyond
+  // that.
+  const std::vector<uint8_t> text = read_file_maybe_gzip(path, uint64_t{256} << 20);
   Cursor c(text, path);
   c.expect("{", "(the file must hold one object {\"data\": [...]})");
   c.expect("\"data\"", "(the object's only key)");

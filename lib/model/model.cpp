@@ -1,6 +1,8 @@
 #include "model/model.hpp"
 
 #include <cmath>
+#include <initializer_list>
+#include <limits>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -27,13 +29,15 @@ namespace {
               index, to_string(spec.kind), in.str(), why);
 }
 
-// Output size and leading padding of one spatial dimension of a convolution.
+// Output size and leading padding of one spatial dimension of a convolution, in 64 bits: every
+// input is at most kMaxSizeKey (2^20), so no sum or product below can overflow.
 // "same" follows TensorFlow: out = ceil(in / stride), the odd pixel of padding goes at the end.
-void conv_dim(int in, int kernel, int stride, const LayerSpec& spec, int* out, int* pad_before) {
+void conv_dim(int64_t in, int64_t kernel, int64_t stride, const LayerSpec& spec, int64_t* out,
+              int64_t* pad_before) {
   switch (spec.padding) {
     case PaddingMode::same: {
       *out = (in + stride - 1) / stride;
-      const int total = std::max((*out - 1) * stride + kernel - in, 0);
+      const int64_t total = std::max<int64_t>((*out - 1) * stride + kernel - in, 0);
       *pad_before = total / 2;
       return;
     }
@@ -41,13 +45,38 @@ void conv_dim(int in, int kernel, int stride, const LayerSpec& spec, int* out, i
       *out = in >= kernel ? (in - kernel) / stride + 1 : 0;
       *pad_before = 0;
       return;
-    case PaddingMode::explicit_pixels:
+    case PaddingMode::explicit_pixels: {
+      const int64_t padded = in + 2 * int64_t{spec.padding_pixels};
       *pad_before = spec.padding_pixels;
-      *out = in + 2 * spec.padding_pixels >= kernel
-                 ? (in + 2 * spec.padding_pixels - kernel) / stride + 1
-                 : 0;
+      *out = padded >= kernel ? (padded - kernel) / stride + 1 : 0;
       return;
+    }
   }
+}
+
+// a * b, or kSaturated when the product does not fit int64 (so a limit check refuses it).
+constexpr int64_t kSaturated = std::numeric_limits<int64_t>::max();
+// Forward FLOPs per sample: far beyond any trainable network, and small enough that a sum of two
+// counts below it stays inside int64.
+constexpr int64_t kMaxFlopsPerSample = int64_t{1} << 52;
+int64_t mul_sat(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? kSaturated : r;
+}
+int64_t product(std::initializer_list<int64_t> factors) {
+  int64_t r = 1;
+  for (int64_t f : factors) r = mul_sat(r, f);
+  return r;
+}
+
+// Refuses a count of one layer above `limit`, naming the config keys it comes from.
+void check_count(const LayerSpec& spec, int index, const SampleShape& in, const char* what,
+                 int64_t count, int64_t limit, const std::string& keys) {
+  if (count <= limit) return;
+  layer_error(spec, index, in,
+              fmt::format("{} would be {}, more than the {} the tool supports (from {})", what,
+                          count == kSaturated ? std::string("over 2^63") : std::to_string(count),
+                          limit, keys));
 }
 
 int add_slot(std::vector<TensorSlot>& slots, std::string name, std::vector<int> shape,
@@ -77,12 +106,21 @@ Model Model::build(const ModelConfig& config) {
   m.input_ = SampleShape{config.input_c, config.input_h, config.input_w};
   m.classes_ = config.classes;
   SampleShape cur = m.input_;
+  int64_t flops = 0;  // forward FLOPs per sample of the layers so far
+  if (product({config.input_c, config.input_h, config.input_w}) > kMaxTensorValues)
+    MNIST_THROW(ConfigError,
+                "model.input: {}x{}x{} makes {} values per sample, more than the {} the tool "
+                "supports",
+                config.input_c, config.input_h, config.input_w,
+                product({config.input_c, config.input_h, config.input_w}), kMaxTensorValues);
   for (std::size_t i = 0; i < config.layers.size(); ++i) {
     LayerPlan p;
     p.spec = config.layers[i];
     p.index = static_cast<int>(i);
     p.in = cur;
     const LayerSpec& s = p.spec;
+    // Every per-sample activation holds at most kMaxTensorValues (checked below as each layer's
+    // output is formed), so cur.size() cannot overflow.
     const std::string prefix = fmt::format("layers.{}.{}", i, to_string(s.kind));
     const int64_t in_size = static_cast<int64_t>(cur.size());
     switch (s.kind) {
@@ -90,18 +128,31 @@ Model Model::build(const ModelConfig& config) {
         if (cur.h == 1 && cur.w == 1 && cur.c > 1 && i > 0 &&
             config.layers[i - 1].kind == LayerKind::flatten)
           layer_error(s, p.index, cur, "conv2d needs a c x h x w input, not a flattened one");
-        int oh, ow, ph, pw;
+        int64_t oh, ow, ph, pw;
         conv_dim(cur.h, s.kernel, s.stride, s, &oh, &ph);
         conv_dim(cur.w, s.kernel, s.stride, s, &ow, &pw);
         if (oh <= 0 || ow <= 0)
           layer_error(s, p.index, cur,
                       fmt::format("a {}x{} kernel with stride {} leaves no output", s.kernel,
                                   s.kernel, s.stride));
-        p.out = SampleShape{s.filters, oh, ow};
+        const std::string key = s.yaml_path.empty() ? prefix : s.yaml_path + ".conv2d";
+        // Only explicit padding makes an output larger than the input.
+        const std::string grow = s.padding == PaddingMode::explicit_pixels
+                                     ? key + ".padding and " + key + ".filters"
+                                     : key + ".filters";
+        check_count(s, p.index, cur, "its output height", oh, kMaxSizeKey, key + ".padding");
+        check_count(s, p.index, cur, "its output width", ow, kMaxSizeKey, key + ".padding");
+        check_count(s, p.index, cur, "the values per sample of its output",
+                    product({s.filters, oh, ow}), kMaxTensorValues, grow);
+        check_count(s, p.index, cur, "the values of its weight tensor",
+                    product({s.filters, cur.c, s.kernel, s.kernel}), kMaxTensorValues,
+                    key + ".kernel and " + key + ".filters");
+        p.out = SampleShape{s.filters, static_cast<int>(oh), static_cast<int>(ow)};
         p.weight =
             add_slot(m.params_, prefix + ".weight", {s.filters, cur.c, s.kernel, s.kernel}, true);
         if (s.bias) p.bias = add_slot(m.params_, prefix + ".bias", {s.filters}, false);
-        p.flops_per_sample = 2LL * s.filters * cur.c * s.kernel * s.kernel * oh * ow;
+        p.flops_per_sample = product({2, s.filters, cur.c, s.kernel, s.kernel, oh, ow});
+
         break;
       }
       case LayerKind::max_pool: {
@@ -110,7 +161,8 @@ Model Model::build(const ModelConfig& config) {
                       fmt::format("pool size {} is larger than the input", s.pool_size));
         p.out = SampleShape{cur.c, (cur.h - s.pool_size) / s.stride + 1,
                             (cur.w - s.pool_size) / s.stride + 1};
-        p.flops_per_sample = static_cast<int64_t>(p.out.size()) * s.pool_size * s.pool_size;
+        p.flops_per_sample =
+            product({static_cast<int64_t>(p.out.size()), s.pool_size, s.pool_size});
         break;
       }
       case LayerKind::batch_norm: {
@@ -128,18 +180,28 @@ Model Model::build(const ModelConfig& config) {
         p.flops_per_sample = in_size;
         break;
       case LayerKind::flatten:
-        p.out = SampleShape{static_cast<int>(cur.size()), 1, 1};
+        p.out = SampleShape{static_cast<int>(cur.size()), 1, 1};  // <= kMaxTensorValues
         break;
       case LayerKind::dense: {
         if (cur.h != 1 || cur.w != 1)
           layer_error(s, p.index, cur, "dense needs a flat input; add `- flatten: {}` before it");
+        const std::string key = s.yaml_path.empty() ? prefix : s.yaml_path + ".dense";
+        check_count(s, p.index, cur, "the values of its weight tensor", product({s.units, cur.c}),
+                    kMaxTensorValues, key + ".units and the size of its input");
         p.out = SampleShape{s.units, 1, 1};
         p.weight = add_slot(m.params_, prefix + ".weight", {s.units, cur.c}, true);
         if (s.bias) p.bias = add_slot(m.params_, prefix + ".bias", {s.units}, false);
-        p.flops_per_sample = 2LL * s.units * cur.c;
+        p.flops_per_sample = product({2, s.units, cur.c});
         break;
       }
     }
+    // Each layer's count is checked against what is left of the limit, so the running total (and
+    // Model::flops_per_sample's sum) never leaves int64.
+    check_count(
+        s, p.index, cur, "the network's forward FLOPs per sample",
+        p.flops_per_sample > kMaxFlopsPerSample - flops ? kSaturated : flops + p.flops_per_sample,
+        kMaxFlopsPerSample, p.label() + "'s sizes and those of the layers before it");
+    flops += p.flops_per_sample;
     cur = p.out;
     m.layers_.push_back(std::move(p));
   }
@@ -163,6 +225,13 @@ Model Model::build(const ModelConfig& config) {
     if (pass == 0) m.decayed_count_ = offset;
   }
   m.param_count_ = offset;
+  // Each tensor is at most kMaxTensorValues, so the sums above (at most a few hundred terms) fit
+  // 64 bits; the flat buffer itself is indexed like any tensor.
+  if (m.param_count_ > static_cast<std::size_t>(kMaxTensorValues))
+    MNIST_THROW(ConfigError,
+                "model.layers: the network has {} trainable parameters, more than the {} one flat "
+                "parameter buffer supports; make the largest layers smaller",
+                m.param_count_, kMaxTensorValues);
   for (TensorSlot& slot : m.state_) {
     slot.offset = m.state_count_;
     m.state_count_ += slot.count;
@@ -172,6 +241,7 @@ Model Model::build(const ModelConfig& config) {
 
 int64_t Model::flops_per_sample() const {
   int64_t total = 0;
+  // At most kMaxFlopsPerSample (Model::build checks the running total).
   for (const LayerPlan& p : layers_) total += p.flops_per_sample;
   return total;
 }

@@ -13,6 +13,11 @@
 
 namespace mnist {
 
+// The most values any one tensor may hold: a per-sample activation, a parameter tensor, the flat
+// parameter buffer, and (train/run_memory.hpp) a batch's activation. Kernels index a tensor with
+// 32-bit integers on the GPU.
+inline constexpr int64_t kMaxTensorValues = 0x7fffffff;
+
 // Per-sample activation shape (the batch dimension n is added at run time). Dense outputs are c x 1
 // x 1.
 struct SampleShape {
@@ -45,7 +50,9 @@ struct LayerPlan {
 class Model {
  public:
   // Infers shapes through the list and lays out parameters. Throws ConfigError naming the layer's
-  // index, type and YAML path when a layer does not fit its input.
+  // index, type and YAML path when a layer does not fit its input, and the keys responsible when a
+  // dimension, a tensor or the parameter count would pass kMaxTensorValues (every count is formed
+  // in 64 bits, so none can overflow first).
   static Model build(const ModelConfig& config);
 
   const std::vector<LayerPlan>& layers() const { return layers_; }

@@ -13,6 +13,7 @@
 #include "data/sampler.hpp"
 #include "model/layers.hpp"
 #include "model/replica.hpp"
+#include "train/run_memory.hpp"
 #include "train/worker.hpp"
 
 namespace mnist {
@@ -32,6 +33,14 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
   MNIST_CHECK(!comm || (comm->local_size() == 1 && comm->global_size() == 1),
               "the benchmark runs one replica; its communicator '{}' has {} workers",
               comm ? comm->name() : "", comm ? comm->global_size() : 0);
+  // Sized before anything is allocated (options.batch is `bench --batch`): the replica, and the
+  // random image pool, which on the CPU share the host's memory.
+  {
+    std::vector<MemoryTerm> terms = replica_memory(model, o.batch, "--batch");
+    terms[0].bytes += static_cast<uint64_t>(std::max(o.batch, 4096)) * model.input().size();
+    if (backend->kind() == DeviceKind::cpu)
+      check_host_memory(terms, 1, available_host_bytes(), "the benchmark");
+  }
   const int profiled = std::max(1, std::min(o.steps, 5));
   const int total_steps = o.warmup + o.steps + profiled;
   // The config as one replica with the benchmark's batch trains it; the replica is sized for that

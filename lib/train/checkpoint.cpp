@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "build_info.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/json.hpp"
 #include "core/printable.hpp"
 
@@ -214,23 +216,17 @@ struct Header {
 };
 
 Header read_header(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) MNIST_THROW(DataError, "checkpoint not found: '{}'", path);
-  if (fs::is_directory(path, ec))
-    MNIST_THROW(DataError, "'{}' is a directory, expected a checkpoint file", path);
-  const uint64_t file_size = fs::file_size(path, ec);
-  if (ec) MNIST_THROW(DataError, "cannot read the size of '{}': {}", path, ec.message());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) MNIST_THROW(DataError, "cannot open '{}': {}", path, std::strerror(errno));
-
+  // A regular file only: a FIFO left where a checkpoint should be is refused, not waited on.
+  InputFile in(path, "checkpoint");
+  const uint64_t file_size = in.size();
   if (file_size < 8)
     MNIST_THROW(DataError,
                 "'{}' is {} bytes, shorter than the 8-byte header length every safetensors file "
                 "starts with (truncated or empty)",
                 path, file_size);
   unsigned char len_bytes[8];
-  in.read(reinterpret_cast<char*>(len_bytes), 8);
-  if (!in) MNIST_THROW(DataError, "cannot read the first 8 bytes of '{}'", path);
+  if (in.read(len_bytes, 8) != 8)
+    MNIST_THROW(DataError, "cannot read the first 8 bytes of '{}'", path);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > kMaxHeaderBytes)
@@ -244,8 +240,8 @@ Header read_header(const std::string& path) {
                 "is {} bytes: truncated?)",
                 path, header_len, file_size - 8, file_size);
   std::string header(header_len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_len));
-  if (!in) MNIST_THROW(DataError, "cannot read the {}-byte header of '{}'", header_len, path);
+  if (in.read(header.data(), header_len) != header_len)
+    MNIST_THROW(DataError, "cannot read the {}-byte header of '{}'", header_len, path);
   const uint64_t data_size = file_size - 8 - header_len;
 
   const json::Value root = json::parse(header, fmt::format("'{}' header", path), 8);
@@ -444,8 +440,17 @@ CheckpointState load_checkpoint(const std::string& path, const Model& model) {
     MNIST_THROW(DataError, "cannot read the {}-byte data section of '{}' (changed while reading?)",
                 data_size, path);
   for (const FileTensor& f : found) {
-    std::memcpy(buffer_of(ckpt, f.ref->buffer).data() + f.ref->offset, data.data() + f.begin,
-                f.end - f.begin);
+    float* values = buffer_of(ckpt, f.ref->buffer).data() + f.ref->offset;
+    std::memcpy(values, data.data() + f.begin, f.end - f.begin);
+    // A NaN or an infinity would train into NaN or evaluate to garbage: such a file is refused
+    // as damaged (and --resume auto passes over it to an older one).
+    for (std::size_t i = 0; i < f.ref->count; ++i)
+      if (!std::isfinite(values[i]))
+        MNIST_THROW(DataError,
+                    "'{}': tensor '{}' holds {} at index {} (byte offset {}); a checkpoint must "
+                    "hold finite values only (damaged, or saved from a diverged run)",
+                    path, f.name, values[i], i,
+                    file_size - data_size + f.begin + i * sizeof(float));
   }
   return ckpt;
 }

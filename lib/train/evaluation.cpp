@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "train/run_memory.hpp"
 #include "train/worker.hpp"
 
 namespace mnist {
@@ -17,10 +18,13 @@ std::vector<std::vector<float>> probabilities(const Experiment& experiment, cons
                                               std::unique_ptr<Backend> backend,
                                               const CheckpointState& weights,
                                               const ImageSet& images, int batch, bool labelled) {
-  if (images.rows != model.input().h || images.cols != model.input().w || model.input().c != 1)
-    MNIST_THROW(DataError, "{}: images are {}x{} but the model takes {}", images.images_path,
-                images.rows, images.cols, model.input().str());
+  check_images_fit_model(images, model.input().c, model.input().h, model.input().w);
   batch = std::max(1, std::min(batch, std::max(images.count, 1)));
+  // The replica is sized for one evaluation batch: checked before it is allocated, as training
+  // checks its own (the CPU's replica lives in host memory).
+  const std::vector<MemoryTerm> terms = replica_memory(model, batch, "train.eval_batch");
+  if (backend->kind() == DeviceKind::cpu)
+    check_host_memory(terms, 1, available_host_bytes(), "evaluation");
   auto inputs = std::make_shared<RunInputs>();
   inputs->experiment = experiment;
   inputs->experiment.train.eval_batch = batch;

@@ -2,7 +2,9 @@
 
 #include <filesystem>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/json.hpp"
 
 namespace mnist {
@@ -24,12 +26,14 @@ RunLog::RunLog(const Experiment& experiment, std::shared_ptr<spdlog::logger> log
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) MNIST_THROW(RuntimeError, "cannot create the run directory {}: {}", dir_, ec.message());
-  std::ofstream config(dir_ + "/config.yaml");
-  config << to_yaml(experiment);
+  // Replaced, never opened: whatever is under the name (a FIFO, say) cannot block the write.
+  const std::string config = to_yaml(experiment);
+  write_file_atomically(dir_ + "/config.yaml", config.data(), config.size());
+  // Appended to across resumes, so opened in place: refused unless it is a regular file.
+  require_regular_or_absent(dir_ + "/metrics.jsonl", "output.dir");
   metrics_.open(dir_ + "/metrics.jsonl", std::ios::app);
-  if (!config || !metrics_)
-    MNIST_THROW(RuntimeError, "cannot write to the run directory {} (config.yaml, metrics.jsonl)",
-                dir_);
+  if (!metrics_)
+    MNIST_THROW(RuntimeError, "cannot write to the run directory {} (metrics.jsonl)", dir_);
 }
 
 std::string RunLog::step_json(const StepRecord& r) {
@@ -84,8 +88,7 @@ void RunLog::finish(const TrainSummary& s, const std::string& devices,
       "run directory {}",
       s.steps, s.global_batch, s.wall_seconds, s.samples_per_second, s.final_eval.accuracy,
       s.final_eval.loss, dir_);
-  std::ofstream out(dir_ + "/summary.json");
-  out << fmt::format(
+  const std::string summary = fmt::format(
       "{{\"name\":{},\"steps\":{},\"global_batch\":{},\"wall_seconds\":{},\"samples_per_second\":{}"
       ","
       "\"final_train_loss\":{},\"final_train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},"
@@ -95,7 +98,8 @@ void RunLog::finish(const TrainSummary& s, const std::string& devices,
       json_number(s.last_step.accuracy), json_number(s.final_eval.loss),
       json_number(s.final_eval.accuracy), s.final_eval.samples, json::quote(devices),
       json::quote(data_source));
-  if (!out) MNIST_THROW(RuntimeError, "cannot write {}/summary.json", dir_);
+  // Replaced as a whole (a FIFO left under the name is replaced, not waited on).
+  write_file_atomically(dir_ + "/summary.json", summary.data(), summary.size());
 }
 
 }  // namespace mnist

@@ -9,6 +9,7 @@
 #include "train/communicators.hpp"
 #include "train/run_agreement.hpp"
 #include "train/run_log.hpp"
+#include "train/run_memory.hpp"
 #include "train/tensorboard.hpp"
 
 namespace mnist {
@@ -57,10 +58,12 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
             data.train.count, data.test.count, data.train.rows, data.train.cols,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
             data.provenance.empty() ? "" : "; source: " + data.provenance);
-  if (data.train.rows != experiment.model.input_h || data.train.cols != experiment.model.input_w)
-    MNIST_THROW(DataError, "{}: images are {}x{} but model.input is {}x{}", data.train.images_path,
-                data.train.rows, data.train.cols, experiment.model.input_h,
-                experiment.model.input_w);
+  const ModelConfig& input = experiment.model;
+  check_images_fit_model(data.train, input.input_c, input.input_h, input.input_w);
+  check_images_fit_model(data.test, input.input_c, input.input_h, input.input_w);
+  check_training_memory(experiment, model, devices, group.size(),
+                        data.train.pixels.size() + data.train.labels.size() +
+                            data.test.pixels.size() + data.test.labels.size());
   if (!devices.note.empty()) log->info("{}", devices.note);
   if (group.size() > 1) {
     check_same_run(group, experiment, data);

@@ -10,6 +10,7 @@
 
 #include "core/crc32c.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace mnist {
 
@@ -106,6 +107,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   // name keeps a resumed run's file after the first one.
   const double now = wall_seconds();
   path_ = fmt::format("{}/events.out.tfevents.{}.{}", dir, static_cast<int64_t>(now), host_name());
+  require_regular_or_absent(path_, "output.tensorboard");
   out_.open(path_, std::ios::binary | std::ios::app);
   if (!out_) MNIST_THROW(RuntimeError, "cannot write the TensorBoard event file {}", path_);
   out_ << tensorboard::frame_record(tensorboard::encode_event(now, 0, {}, "brain.Event:2"));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backend/optimizer_rule.hpp"
 #include "core/error.hpp"
@@ -37,8 +38,16 @@ const char* to_string(Phase p) {
 
 BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size) {
   BatchPlan plan;
-  plan.global_batch =
-      train.global_batch > 0 ? train.global_batch : train.batch_per_device * replicas;
+  // In 64 bits: batch_per_device and the replica count are each an int, their product may not be.
+  const int64_t global = train.global_batch > 0
+                             ? train.global_batch
+                             : static_cast<int64_t>(train.batch_per_device) * replicas;
+  if (global > std::numeric_limits<int>::max())
+    MNIST_THROW(ConfigError,
+                "train.batch_per_device: {} samples on each of {} replicas make a global batch of "
+                "{}, more than the {} a step can hold",
+                train.batch_per_device, replicas, global, std::numeric_limits<int>::max());
+  plan.global_batch = static_cast<int>(global);
   if (plan.global_batch < replicas)
     MNIST_THROW(ConfigError,
                 "train.global_batch: {} samples cannot be split over {} replicas: each needs at "
@@ -46,9 +55,23 @@ BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size) {
                 plan.global_batch, replicas);
   for (int k = 0; k <= replicas; ++k)
     plan.slice_begin.push_back(slice_begin(plan.global_batch, replicas, k));
-  plan.steps = train.steps > 0
-                   ? train.steps
-                   : static_cast<int64_t>(std::ceil(train.epochs * train_size / plan.global_batch));
+  if (train.steps > 0) {
+    if (train.steps > kMaxSteps)
+      MNIST_THROW(ConfigError, "train.steps: {} is more than the {} steps a run can count",
+                  train.steps, kMaxSteps);
+    plan.steps = train.steps;
+    return plan;
+  }
+  // epochs is any finite positive double: the step count is formed in double and refused when it
+  // is beyond what a step counter holds, instead of converting out of range (undefined; in
+  // practice INT64_MIN, a run of no steps).
+  const double steps = std::ceil(train.epochs * train_size / plan.global_batch);
+  if (!(steps <= static_cast<double>(kMaxSteps)))
+    MNIST_THROW(ConfigError,
+                "train.epochs: {} epochs of {} images in batches of {} make {:.4g} steps, more "
+                "than the {} a run can count; use fewer epochs",
+                train.epochs, train_size, plan.global_batch, steps, kMaxSteps);
+  plan.steps = std::max<int64_t>(static_cast<int64_t>(steps), 1);
   return plan;
 }
 

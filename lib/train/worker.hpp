@@ -51,7 +51,11 @@ struct BatchPlan {
   std::vector<int> slice_begin;  // size replicas + 1, indexed by GLOBAL replica index
   int64_t steps = 0;
 };
+// The most steps a run may plan: the steps of the schedule, the step counters of checkpoints and
+// the dropout key (a 32-bit step, Backend::dropout_forward) all stay exact below it.
+inline constexpr int64_t kMaxSteps = int64_t{1} << 31;
 // Resolves train.batch_per_device / global_batch and steps / epochs against `replicas` replicas.
+// Throws ConfigError when the global batch or the step count is beyond what the run represents.
 BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size);
 
 // The optimizer's one home. The update of step `step` (0-based) at learning rate `lr` for the

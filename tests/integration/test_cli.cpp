@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
+
 #include "support/idx_writer.hpp"
 
 namespace {
@@ -16,10 +18,11 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-// Runs the real binary with `args` (a shell-quoted string) from the source directory.
+// Runs the real binary with `args` (a shell-quoted string) from the source directory. A run that
+// would hang (a FIFO waited on) is killed after 120 s and reads as exit 124 or 137.
 Result run_cli(const std::string& args) {
   const std::string command =
-      "cd '" MNIST_SOURCE_DIR "' && '" MNIST_TRAIN_BIN "' " + args + " 2>&1";
+      "cd '" MNIST_SOURCE_DIR "' && timeout -k 5 120 '" MNIST_TRAIN_BIN "' " + args + " 2>&1";
   Result r;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe);
@@ -195,4 +198,222 @@ TEST_CASE("a label beyond model.classes in an IDX file is a data error (exit 2) 
   CHECK(r.output.find(dir.file("train-labels-idx1-ubyte")) != std::string::npos);
   CHECK(r.output.find("label 10 at byte offset 45") != std::string::npos);
   CHECK(r.output.find("0..9") != std::string::npos);
+}
+
+namespace {
+
+// A custom dataset of n training and 16 test images of 28x28 in dir, for runs that must reach the
+// data or the model's set-up.
+std::string synthetic_data(const mnist::test::ScratchDir& dir, int n = 64) {
+  std::vector<uint8_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = static_cast<uint8_t>(i % 10);
+  mnist::test::write_idx_images(dir.file("train-images-idx3-ubyte"), n, 28, 28,
+                                std::vector<uint8_t>(n * 28 * 28, 7));
+  mnist::test::write_idx_labels(dir.file("train-labels-idx1-ubyte"), labels);
+  mnist::test::write_idx_images(dir.file("t10k-images-idx3-ubyte"), 16, 28, 28,
+                                std::vector<uint8_t>(16 * 28 * 28, 7));
+  mnist::test::write_idx_labels(dir.file("t10k-labels-idx1-ubyte"), std::vector<uint8_t>(16, 1));
+  return "--config configs/cpu_quickstart.yaml --set data.dataset=custom --set data.dir=" +
+         dir.path() + " --set output.dir=" + dir.file("run") + " ";
+}
+
+bool has(const Result& r, const std::string& piece) {
+  return r.output.find(piece) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("shapes and counts past what the tool represents exit 2 naming the key, never crash",
+          "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  // Once a SIGSEGV after the start line.
+  Result r = run_cli(run + "--set 'model.layers[0].conv2d.padding=2147483647'");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "model.layers[0].conv2d.padding") && has(r, "[0, 1048576]")));
+  // Fits a sample, not a batch: refused before any allocation, naming the batch key (here the
+  // evaluation batch, the larger of the two).
+  r = run_cli(run + "--set 'model.layers[0].conv2d.padding=2000'");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "train.eval_batch") && has(r, "the kernels index") && has(r, "model.layers[0]")));
+  // Once -9223372036854775808 steps, 0 trained, exit 0 with an "accuracy".
+  for (const char* epochs : {"1e308", "1e19"}) {
+    r = run_cli(synthetic_data(dir) + "--set train.epochs=" + epochs);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK((has(r, "train.epochs") && has(r, "steps")));
+  }
+}
+
+TEST_CASE(
+    "runs too large for the host exit 2 with the memory they need and the key, never "
+    "std::bad_alloc",
+    "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  Result r = run_cli(run + "--set train.batch_per_device=2147483647");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(has(r, "train.batch_per_device"));
+  CHECK_FALSE(has(r, "bad_alloc"));
+  // 64 replicas of 300,000 samples: every tensor fits its indexing, the sum is about 730 GiB.
+  r = run_cli(run + "--set devices.cpu_workers=64 --set train.batch_per_device=300000");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "train.batch_per_device: training with 64 workers") &&
+         has(r, "MiB of host memory;") && has(r, "MiB are available")));
+  CHECK_FALSE(has(r, "bad_alloc"));
+  r = run_cli("--config configs/cpu_quickstart.yaml bench --batch 100000000 --steps 1");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(has(r, "--batch"));
+  CHECK_FALSE(has(r, "bad_alloc"));
+}
+
+TEST_CASE("a gzip bomb as training images exits 2 naming the file and the sizes", "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  // The header promises 64 images; 64 MiB of zeros follow them (about 64 KiB compressed).
+  std::vector<uint8_t> bytes =
+      mnist::test::idx_images_bytes(64, 28, 28, std::vector<uint8_t>(64 * 28 * 28, 7));
+  bytes.resize(bytes.size() + (64u << 20), 0);
+  std::filesystem::remove(dir.file("train-images-idx3-ubyte"));
+  mnist::test::write_bytes(dir.file("train-images-idx3-ubyte.gz"), bytes,
+                           mnist::test::Compression::gzip);
+  const Result r = run_cli(run);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, dir.file("train-images-idx3-ubyte.gz")) && has(r, "64 images of 28x28") &&
+         has(r, "implies 50192 bytes") && has(r, "one byte past")));
+}
+
+TEST_CASE("special files exit 2 by name and never block: config, data, outputs", "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string fifo = dir.file("fifo.yaml");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  Result r = run_cli("--config " + fifo + " --dry-run");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, fifo) && has(r, "FIFO")));
+  r = run_cli("--config /dev/zero --dry-run");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "/dev/zero") && has(r, "character device")));
+
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  // A FIFO as a data file.
+  std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte"));
+  REQUIRE(::mkfifo(dir.file("t10k-labels-idx1-ubyte").c_str(), 0600) == 0);
+  r = run_cli(run);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, dir.file("t10k-labels-idx1-ubyte")) && has(r, "FIFO")));
+  std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte"));
+  mnist::test::write_idx_labels(dir.file("t10k-labels-idx1-ubyte"), std::vector<uint8_t>(16, 1));
+
+  // A FIFO left as metrics.jsonl: refused; one left as summary.json: replaced.
+  std::filesystem::create_directories(dir.file("run"));
+  REQUIRE(::mkfifo(dir.file("run/metrics.jsonl").c_str(), 0600) == 0);
+  r = run_cli(run);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "metrics.jsonl") && has(r, "FIFO")));
+  std::filesystem::remove(dir.file("run/metrics.jsonl"));
+  REQUIRE(::mkfifo(dir.file("run/summary.json").c_str(), 0600) == 0);
+  r = run_cli(run);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(std::filesystem::is_regular_file(dir.file("run/summary.json")));
+}
+
+TEST_CASE("a model whose input channels differ from the data's exits 2 naming both",
+          "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  // Once trained and exited 0, the gather copying 784 bytes into a 2,352-value input.
+  const Result r =
+      run_cli(synthetic_data(dir) + "--set train.steps=2 --set 'model.input=[3, 28, 28]'");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, dir.file("train-images-idx3-ubyte")) && has(r, "1x28x28") &&
+         has(r, "model.input is [3, 28, 28]")));
+}
+
+TEST_CASE("a checkpoint holding NaN exits 2 in eval and predict, and --resume auto passes over it",
+          "[cli][bounds]") {
+  mnist::test::ScratchDir dir;
+  const std::string run = synthetic_data(dir) + "--set train.steps=2 ";
+  Result r = run_cli(run);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  std::string checkpoint;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("run/checkpoints")))
+    if (entry.path().extension() == ".safetensors") checkpoint = entry.path().string();
+  REQUIRE_FALSE(checkpoint.empty());
+  // The first float of the data section (after the 8-byte length and the JSON header) becomes NaN.
+  std::fstream file(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
+  unsigned char length[8];
+  file.read(reinterpret_cast<char*>(length), 8);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | length[i];
+  const unsigned char nan[4] = {0x00, 0x00, 0xc0, 0x7f};  // 0x7fc00000, little-endian
+  file.seekp(static_cast<std::streamoff>(8 + header));
+  file.write(reinterpret_cast<const char*>(nan), 4);
+  file.close();
+
+  r = run_cli("eval --checkpoint " + checkpoint + " --data " + dir.path());
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, checkpoint) && has(r, "holds nan at index 0") && has(r, "finite values only")));
+  r = run_cli("predict --checkpoint " + checkpoint + " " + dir.file("t10k-images-idx3-ubyte"));
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(has(r, "holds nan at index 0"));
+  r = run_cli(run + "--resume auto");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK((has(r, "skipping damaged checkpoint") && has(r, "holds nan")));
+}
+
+TEST_CASE("SIGTERM in a run's first moments is a stop request: a step, a checkpoint, exit 3",
+          "[cli][signals]") {
+  mnist::test::ScratchDir dir;
+  // 60,000 training images make the start-up (reading, checking, uploading them) last a while.
+  const std::string run = synthetic_data(dir, 60000) + "--set train.steps=100000 ";
+  // "start-up": the signal goes the moment the process has a handler for it (its SigCgt mask in
+  // /proc shows SIGTERM, bit 14), before it has read its config; 0.15 s: the data or the device
+  // set-up; 1 s: training. Each ends the same way, never by the signal's default action.
+  const std::string at_start_up =
+      "until m=$(awk '/^SigCgt/{print $2}' /proc/$pid/status 2>/dev/null) && "
+      "(( 0x${m:-0} & 0x4000 )); do sleep 0.001; done";
+  for (const std::string& wait : {at_start_up, std::string("sleep 0.15"), std::string("sleep 1")}) {
+    std::filesystem::remove_all(dir.file("run"));
+    std::ofstream(dir.file("signal.sh")) << "cd '" MNIST_SOURCE_DIR "'\n'" MNIST_TRAIN_BIN "' "
+                                         << run << "> '" << dir.file("out") << "' 2>&1 &\npid=$!\n"
+                                         << wait << "\nkill -TERM $pid\nwait $pid\necho $?\n";
+    FILE* pipe = popen(("timeout 120 bash '" + dir.file("signal.sh") + "'").c_str(), "r");
+    REQUIRE(pipe);
+    char buf[64] = {0};
+    const bool got = std::fgets(buf, sizeof buf, pipe) != nullptr;
+    pclose(pipe);
+    std::ifstream out(dir.file("out"));
+    const std::string output((std::istreambuf_iterator<char>(out)),
+                             std::istreambuf_iterator<char>());
+    INFO(wait << ":\n" << output);
+    REQUIRE(got);
+    CHECK(std::atoi(buf) == 3);
+    CHECK(output.find("stop requested") != std::string::npos);
+    // The step it stopped after depends on the moment; a checkpoint of it is there.
+    CHECK(output.find("stopped at step") != std::string::npos);
+    CHECK(std::filesystem::exists(dir.file("run/checkpoints")));
+  }
+}
+
+TEST_CASE("bench --engines with an engine the devices do not run is a usage error (exit 2)",
+          "[cli][bounds]") {
+  const Result r = run_cli("--config configs/cpu_quickstart.yaml bench --engines cudnn --steps 1");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK((has(r, "--engines: 'cudnn'") && has(r, "native")));
 }

@@ -22,15 +22,13 @@ inline Experiment checkpoint_experiment(const std::string& yaml_extra = "",
 }
 
 // Distinct, awkward values: every float differs from its neighbours, and the set includes signed
-// zero, a subnormal, infinities and a NaN with a payload, which only a bit-exact copy preserves.
+// zero, a subnormal, the largest finite float and the smallest normal one, which only a bit-exact
+// copy preserves. Never NaN or infinity: a checkpoint holding one is refused as damaged.
 inline std::vector<float> values(std::size_t n, float base) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = base + 0.001f * static_cast<float>(i) - 0.37f;
-  const uint32_t nan_bits = 0x7fc01234u;
-  float nan;
-  std::memcpy(&nan, &nan_bits, 4);
-  const float specials[] = {-0.0f, 1e-42f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), nan};
+  const float specials[] = {-0.0f, 1e-42f, std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max(), std::numeric_limits<float>::min()};
   for (std::size_t i = 0; i < 5 && i < n; ++i) v[(i * 7919) % n] = specials[i];
   return v;
 }

@@ -18,6 +18,7 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.hpp"
@@ -282,6 +283,58 @@ TEST_CASE("latest_valid returns the newest checkpoint that loads, skipping damag
   write_bytes(ckpts.path_for(10), "not a checkpoint");
   const auto none = ckpts.latest_valid(model);
   CHECK_FALSE(none.has_value());
+}
+
+TEST_CASE("a checkpoint holding NaN or infinity is refused, naming the tensor and the first index",
+          "[checkpoint]") {
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
+  const Model model = Model::build(e.model);
+  const std::string path = dir.file("bad.safetensors");
+  const float bad =
+      GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+               -std::numeric_limits<float>::infinity());
+  // One tensor of each buffer: a parameter, a batch-norm running statistic, both Adam moments.
+  const int which = GENERATE(0, 1, 2, 3);
+  CheckpointState c = filled_state(model, true);
+  const TensorSlot& slot = which == 1 ? model.state().back() : model.params().back();
+  std::vector<float>& buffer = which == 0   ? c.params
+                               : which == 1 ? c.state
+                               : which == 2 ? c.moment1
+                                            : c.moment2;
+  // The first bad value is the one named, not a later one.
+  buffer[slot.offset + 2] = bad;
+  buffer[slot.offset + 4] = bad;
+  save_checkpoint(path, model, e, c);
+  INFO("buffer " << which << ", value " << bad);
+  const std::string message = load_error(path, model);
+  CHECK_THAT(message, Contains(path) && Contains(slot.name) && Contains("at index 2") &&
+                          Contains("finite values only"));
+  CHECK_THROWS_AS(load_checkpoint(path, model), DataError);  // exit 2, as any damaged file
+}
+
+TEST_CASE(
+    "latest_valid passes over a non-finite checkpoint with a warning, and a FIFO without opening "
+    "it",
+    "[checkpoint]") {
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
+  const Model model = Model::build(e.model);
+  std::ostringstream log;
+  CheckpointDirectory ckpts(dir.path(), 5, capture_logger(log));
+  ckpts.save(model, e, filled_state(model, true, 10));
+  CheckpointState diverged = filled_state(model, true, 20);
+  diverged.params[5] = std::numeric_limits<float>::quiet_NaN();
+  ckpts.save(model, e, diverged);
+  // A FIFO under the newest name: only regular files are candidates, so it is never opened.
+  REQUIRE(::mkfifo(ckpts.path_for(30).c_str(), 0600) == 0);
+  const auto found = ckpts.latest_valid(model);
+  REQUIRE(found.has_value());
+  CHECK(found->state.step == 10);
+  REQUIRE(found->skipped.size() == 1);
+  CHECK_THAT(found->skipped[0], Contains("step-000020.safetensors"));
+  CHECK_THAT(log.str(), Contains("skipping damaged checkpoint") &&
+                            Contains("step-000020.safetensors") && Contains("nan at index 5"));
 }
 
 TEST_CASE("each kind of checkpoint damage gives its own DataError naming the file",

@@ -199,9 +199,10 @@ TEST_CASE("IDX library writer output reads back and leaves no temp file", "[data
   mnist::write_idx_images(dir.file("img"), 2, 3, 5, pixels);
   mnist::write_idx_labels(dir.file("lbl"), {4, 2});
   // Byte-exact against the independent test writer.
-  CHECK(mnist::read_file_maybe_gzip(dir.file("img")) ==
+  CHECK(mnist::read_file_maybe_gzip(dir.file("img"), 1 << 20) ==
         mnist::test::idx_images_bytes(2, 3, 5, pixels));
-  CHECK(mnist::read_file_maybe_gzip(dir.file("lbl")) == mnist::test::idx_labels_bytes({4, 2}));
+  CHECK(mnist::read_file_maybe_gzip(dir.file("lbl"), 1 << 20) ==
+        mnist::test::idx_labels_bytes({4, 2}));
   int entries = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
     (void)e;
