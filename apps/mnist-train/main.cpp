@@ -110,6 +110,9 @@ extern "C" void on_signal(int sig) {
 void install_signal_handlers() {
   struct sigaction action {};
   action.sa_handler = on_signal;
+  // SA_RESTART: a signal during a slow start-up call (MPI_Init, reading the data) resumes it
+  // instead of failing it with EINTR; the stop is acted on after the first step.
+  action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &action, nullptr);
 }
@@ -507,8 +510,10 @@ int report_error(std::exception_ptr error, const std::string& who) {
 int main(int argc, char** argv) {
   std::unique_ptr<mnist::ProcessGroup> group;
   try {
+    // Before MPI_Init, which takes a few hundred milliseconds in a singleton Open MPI process, and
+    // again after it, which may install handlers of its own.
+    install_signal_handlers();
     group = mnist::ProcessGroup::create(&argc, &argv);  // first: MPI may consume its arguments
-    // Right after MPI_Init (which may install handlers of its own): before anything slow.
     install_signal_handlers();
   } catch (const std::exception& e) {
     std::cerr << "mnist-train: error: " << e.what() << "\n";
