@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/fused.hpp"
 #include "backend/kernel_args.hpp"
 #include "core/engine.hpp"
 #include "core/rng.hpp"
@@ -55,7 +56,10 @@ inline LaunchCounts operator-(const LaunchCounts& a, const LaunchCounts& b) {
 
 class Backend {
  public:
-  virtual ~Backend() = default;
+  Backend();
+  virtual ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
 
   virtual DeviceKind kind() const = 0;
   // Name used in logs and errors: "cpu0", "gpu1 (NVIDIA H200, 0000:19:00.0)".
@@ -68,6 +72,10 @@ class Backend {
   // included). The CPU backend reports zeros: it runs every op on the calling thread, so it has
   // no launches to count and never waits for a device.
   virtual LaunchCounts counts() const { return {}; }
+
+  // The kernels that run a block of several ops in fewer launches (fused.hpp): this backend's
+  // own, or the reference chains of the calls below. Valid for the backend's lifetime.
+  FusedKernels& fused() const { return *fused_; }
 
   // ---- memory (bytes) -------------------------------------------------------------------------
   virtual void* allocate(std::size_t bytes) = 0;  // throws RuntimeError naming size and free memory
@@ -116,38 +124,11 @@ class Backend {
   // Assigns dweight and (when not nullptr) dbias.
   virtual void conv2d_backward_weights(const Conv2dGeom& g, const float* x, const float* dy,
                                        float* dweight, float* dbias, float* workspace) = 0;
-  // conv2d_forward, then batch_norm_stats of y (ChannelGeom{n, k, out_h*out_w}): sum[k], sumsq[k].
-  // Engines may take the sums while the output is in cache; the default makes the two calls.
-  virtual void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
-                                    const float* bias, float* y, float* sum, float* sumsq,
-                                    float* workspace);
   // conv2d_backward_weights, then conv2d_backward_data when dx is not nullptr: a convolution's
   // backward. Engines may run both directions in one launch; the default makes the calls.
   virtual void conv2d_backward(const Conv2dGeom& g, const float* x, const float* dy,
                                const float* weight, float* dweight, float* dbias, float* dx,
                                float* workspace);
-  // conv2d_forward_stats, then batch_norm_finalize(g.k, bn.count, sum, sumsq, ...) of those sums:
-  // a convolution whose batch norm is not synced across replicas, in training. Assigns y, sum,
-  // sumsq and bn's mean and invstd; updates bn's running statistics. Engines may finalize in the
-  // convolution's last block; the default makes the calls.
-  virtual void conv2d_forward_batch_norm(const Conv2dGeom& g, const float* x, const float* weight,
-                                         const float* bias, float* y, float* sum, float* sumsq,
-                                         const BatchNormFinalize& bn, float* workspace);
-  // Engines that return true from fuses_gather(g) gather a training batch where the network's
-  // first convolution, g, stages its input (one launch where there were two):
-  // conv2d_forward_batch_norm_gathered then takes the place of gather_batch and
-  // conv2d_forward_batch_norm. Only a convolution of one input channel whose output has its
-  // input's size (stride 1, "same" padding) can own every input pixel once.
-  virtual bool fuses_gather(const Conv2dGeom& g) const {
-    (void)g;
-    return false;
-  }
-  // gather(batch, g.n), then conv2d_forward_batch_norm of batch.x: assigns batch.x, batch.y and
-  // all that call assigns. The default makes the two calls.
-  virtual void conv2d_forward_batch_norm_gathered(const Conv2dGeom& g, const BatchGather& batch,
-                                                  const float* weight, const float* bias, float* y,
-                                                  float* sum, float* sumsq,
-                                                  const BatchNormFinalize& bn, float* workspace);
   // What the next conv2d call for `g` runs in each direction, for benchmarks, logs and tests.
   // Plans `g` as a call would (so it may query the library once) but launches nothing.
   virtual Conv2dAlgorithms conv2d_algorithms(const Conv2dGeom& g) {
@@ -192,122 +173,6 @@ class Backend {
                                          const float* mean, const float* invstd, const float* gamma,
                                          const float* sum_dy, const float* sum_dy_xhat,
                                          double count, float* dx) = 0;
-
-  // ---- fused batch norm -> ReLU -> 2x2 max pool (after a convolution) --------------------------
-  // Engines that return true from fuses_conv_block() run a conv2d -> batch_norm -> relu ->
-  // max_pool (2x2, stride 2) block as one unit: the model then calls these three instead of
-  // batch_norm_apply, relu_*, max_pool_* and batch_norm_backward_*, with the same math.
-  // x: the convolution's output [n, c, h, w]; y, dy: [n, c, h/2, w/2]; mask: uint8 per pooled
-  // value (winner in its window, and whether it passed the ReLU). Others throw.
-  virtual bool fuses_conv_block(const PoolGeom& g) const {
-    (void)g;
-    return false;
-  }
-  // Assigns y = max_pool(relu(batch_norm_apply(x))) and mask.
-  virtual void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
-                                    const float* invstd, const float* gamma, const float* beta,
-                                    float* y, uint8_t* mask);
-  // batch_norm_backward_reduce of the gradient that max_pool_backward and relu_backward would
-  // hand to the batch norm. Assigns sum_dy, sum_dy_xhat.
-  virtual void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
-                                            const float* x, const float* mean, const float* invstd,
-                                            float* sum_dy, float* sum_dy_xhat);
-  // batch_norm_backward_apply of that gradient. Assigns all of dx[n, c, h, w].
-  virtual void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
-                                           const float* x, const float* mean, const float* invstd,
-                                           const float* gamma, const float* sum_dy,
-                                           const float* sum_dy_xhat, double count, float* dx);
-
-  // bn_relu_pool_backward_apply of `block` into dconv [n, k, out_h, out_w], then conv2d_backward(g,
-  // x, dconv, weight, dweight, dbias, dx, workspace): a fused block's backward below its reduce.
-  // Engines may compute dconv where the convolution's backward reads it and never store it (then
-  // dconv is left as it was); the default makes the two calls.
-  virtual void conv_block_backward(const Conv2dGeom& g, const ConvBlockGradient& block,
-                                   const float* x, const float* weight, float* dweight,
-                                   float* dbias, float* dx, float* dconv, float* workspace);
-  // Whether conv_block_backward writes dconv for these sizes (with a bias gradient when `bias`):
-  // the default's two calls do; where this says false a caller may pass dconv = nullptr and not
-  // allocate it.
-  virtual bool conv_block_backward_uses_dconv(const Conv2dGeom& g, const PoolGeom& pool,
-                                              bool bias) const {
-    (void)g, (void)pool, (void)bias;
-    return true;
-  }
-
-  // ---- fused batch norm -> ReLU (-> dropout) after a dense layer -------------------------------
-  // Engines that return true from fuses_dense_block() run a batch_norm -> relu (-> dropout) over a
-  // dense layer's output in training, with the batch's own statistics (not sync batch norm), as
-  // these two calls instead of the chains they stand for (the defaults below, which are the CPU
-  // backend's twin and the oracle of the fused kernels). x: the dense output [n, c], one batch-norm
-  // channel per feature (ChannelGeom{n, c, 1}); n >= 1, c >= 1. gamma nullptr means 1, beta
-  // nullptr 0; dropout nullptr means no dropout. scratch: at least dense_block_scratch_floats(n, c)
-  // floats of this backend's memory (an engine that fuses may leave it unused).
-  virtual bool fuses_dense_block() const { return false; }
-  static std::size_t dense_block_scratch_floats(int n, int c) {
-    return 2 * static_cast<std::size_t>(n) * static_cast<std::size_t>(c) +
-           2 * static_cast<std::size_t>(c);
-  }
-  // The chain batch_norm_stats -> batch_norm_finalize(count = n, epsilon, decay) ->
-  // batch_norm_apply(gamma, beta) -> relu_forward -> dropout_forward (when dropout is not nullptr).
-  // Assigns y[n, c], mean[c], invstd[c]; updates running_mean[c], running_var[c] in place.
-  virtual void dense_block_forward(int n, int c, const float* x, float epsilon, float decay,
-                                   const float* gamma, const float* beta,
-                                   const DropoutArgs* dropout, float* y, float* mean, float* invstd,
-                                   float* running_mean, float* running_var, float* scratch);
-  // Its backward, from the forward's x, mean and invstd (the ReLU's output is not kept: its sign
-  // is recomputed as relu(batch_norm_apply(x)) with the forward's rounding): the chain
-  // dropout_backward -> relu_backward -> batch_norm_backward_reduce -> batch_norm_backward_apply
-  // (count = n). Assigns dbeta[c] = sum_dy and dgamma[c] = sum_dy_xhat when not nullptr, and
-  // dx[n, c] when not nullptr (nullptr: only the parameter gradients are wanted).
-  virtual void dense_block_backward(int n, int c, const float* x, const float* mean,
-                                    const float* invstd, const float* gamma, const float* beta,
-                                    const DropoutArgs* dropout, const float* dy, float* dx,
-                                    float* dgamma, float* dbeta, float* scratch);
-
-  // ---- the fused dense tail: dense -> dense block -> head, as three calls ----------------------
-  // Engines that return true from fuses_dense_tail(c, k) have the replica run a dense layer of c
-  // outputs, the dense block that follows it (batch_norm -> relu (-> dropout), above) and the
-  // network's head of k classes (fuses_dense_head), in training with the slice's own statistics
-  // (not sync batch norm), as the three calls below. Each shares the block's work with a
-  // neighbour: the dense layer's forward takes the statistics and finalizes them, the head computes
-  // the block's output where it reads its input and the backward's per-feature sums, and the dense
-  // layer's backward computes the batch norm's backward apply where it reads its gradient. Two
-  // kernels fewer than dense_block_forward / _backward between the dense layer and the head, and
-  // neither the block's output nor the dense layer's output gradient is ever stored. The defaults
-  // are the chains (the CPU backend's twin and the oracle of the fused kernels). n >= 1.
-  virtual bool fuses_dense_tail(int c, int k) const {
-    (void)c;
-    (void)k;
-    return false;
-  }
-  // Floats of workspace the three calls need (each at most this many) at batch n; never decreases
-  // with n. in: the dense layer's inputs.
-  virtual std::size_t dense_tail_workspace_floats(int n, int in, int c, int k);
-  // dense_forward(x, weight, bias) -> y[n, out], then batch_norm_stats(ChannelGeom{n, out, 1}) and
-  // batch_norm_finalize(out, bn.count, ...) of those sums. Assigns y and bn's mean and invstd;
-  // updates bn's running statistics in place.
-  virtual void dense_forward_batch_norm(int n, int in, int out, const float* x, const float* weight,
-                                        const float* bias, float* y, const BatchNormFinalize& bn,
-                                        float* workspace);
-  // The head on the block's output and the block's backward up to its batch norm's sums: the chain
-  // a = batch_norm_apply(block.x) -> relu_forward -> dropout_forward (the block's y[n, c], with its
-  // final statistics), dense_softmax_cross_entropy(n, c, k, a, weight, bias, labels, grad_scale,
-  // da, dweight, dbias, metrics), dropout_backward(da) -> relu_backward (the ReLU's output
-  // recomputed as dense_block_backward does) -> dbn[n, c], batch_norm_backward_reduce(dbn,
-  // block.x, mean, invstd) -> sum_dy[c], sum_dy_xhat[c]. Accumulates metrics; assigns dweight,
-  // dbias (when not nullptr), dbn, sum_dy and sum_dy_xhat.
-  virtual void dense_block_softmax_cross_entropy(int n, int c, int k, const DenseBlockInput& block,
-                                                 const float* weight, const float* bias,
-                                                 const int32_t* labels, float grad_scale,
-                                                 float* dbn, float* sum_dy, float* sum_dy_xhat,
-                                                 float* dweight, float* dbias, float* metrics,
-                                                 float* workspace);
-  // batch_norm_backward_apply(ChannelGeom{n, out, 1}, bn) -> dy[n, out], then dense_backward(n,
-  // in, out, x, dy, weight, dweight, dbias, dx): the backward of a dense layer whose output went
-  // through a batch norm. Assigns dweight, dbias (when not nullptr) and dx (when not nullptr).
-  virtual void dense_backward_batch_norm(int n, int in, int out, const float* x,
-                                         const BatchNormGradient& bn, const float* weight,
-                                         float* dweight, float* dbias, float* dx, float* workspace);
 
   // ---- dense: x[n, in], weight[out, in], bias[out] or nullptr, y[n, out] -----------------------
   virtual void dense_forward(int n, int in, int out, const float* x, const float* weight,
@@ -389,36 +254,22 @@ class Backend {
   virtual void scale(std::size_t n, float alpha, float* x) = 0;   // x *= alpha
   virtual void add(std::size_t n, const float* x, float* y) = 0;  // y += x
 
-  // ---- fused ops: one call for a chain of the ops above, with the chain's math ----------------
-  // The default runs the chain (for the CPU backend: the CPU ops, the oracle of every fused
-  // kernel); an engine may replace it with fewer kernels.
-  //
-  // Engines that return true (CUDA fused) have the replica run its head, a last dense layer and
-  // the loss, as this one call in training; others make it the chain of ops (the CPU backend's
-  // twin of the fused kernel is that chain, so its results do not depend on the answer).
-  virtual bool fuses_dense_head() const { return false; }
-  // The network's head and its loss: logits = dense_forward(x, weight, bias), then
-  // softmax_cross_entropy(logits, labels, grad_scale, dlogits, metrics), then
-  // dense_backward_weights(x, dlogits, dweight, dbias) and, when dx is not nullptr,
-  // dense_backward_data(dlogits, weight, dx). x[n, in], weight[k, in], bias[k] or nullptr,
-  // labels int32[n]. Accumulates metrics; assigns dweight[k, in], dbias[k] (when not nullptr) and
-  // dx[n, in] (when not nullptr). workspace: at least
-  // dense_softmax_cross_entropy_workspace_floats(n, in, k) floats.
-  virtual std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k);
-  virtual void dense_softmax_cross_entropy(int n, int in, int k, const float* x,
-                                           const float* weight, const float* bias,
-                                           const int32_t* labels, float grad_scale, float* dx,
-                                           float* dweight, float* dbias, float* metrics,
-                                           float* workspace);
+ protected:
+  // A backend with fused kernels of its own hands them over here, once, in its constructor; it
+  // owns them and keeps them alive as long as itself.
+  void use_fused(FusedKernels& fused) { fused_ = &fused; }
+
+ private:
+  std::unique_ptr<FusedKernels> chains_;  // the reference: every block as its chain of calls
+  FusedKernels* fused_;
 };
 
 // How a backend is built. `engine` picks the implementation of the heavy ops (the engine table,
 // with the backends that run each, is core/engine.cpp; what each CUDA engine is made of,
 // backend/cuda/engine_parts.hpp).
 // CUDA: native every kernel hand-written, one per op; cublas dense layers through cuBLAS;
-//   cudnn convolutions through cuDNN, dense through cuBLAS; fused hand-written, with the conv
-//   blocks (fuses_conv_block, conv_block_backward), the dense blocks (fuses_dense_block) and the
-//   head (fuses_dense_head) fused (docs/gpu_speed.md).
+//   cudnn convolutions through cuDNN, dense through cuBLAS; fused hand-written, with every block
+//   of fused.hpp run by its fused kernels (docs/gpu_speed.md).
 // CPU (cpu_engines()): native direct convolutions with vector kernels for the CPU's instruction
 //   set; blas convolutions by im2col + OpenBLAS GEMM (only in builds with OpenBLAS).
 struct BackendOptions {

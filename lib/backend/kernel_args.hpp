@@ -36,7 +36,7 @@ struct ChannelGeom {
 };
 
 // What a fused conv block's batch norm hands its convolution's backward
-// (Backend::conv_block_backward): bn_relu_pool_backward_apply's inputs. pool: the block's 2x2
+// (FusedKernels::conv_block_backward): bn_relu_pool_backward_apply's inputs. pool: the block's 2x2
 // pooling (c: the convolution's output channels); dy, mask: [n, c, out_h, out_w]; conv_out:
 // [n, c, h, w]; per-channel arrays of c floats (gamma nullptr means 1); count: values per channel
 // in the normalisation group.
@@ -51,7 +51,7 @@ struct ConvBlockGradient {
 };
 
 // What batch_norm_finalize takes besides the sums (Backend::batch_norm_finalize's contract), for a
-// fused op that takes the sums itself and then finalizes them (Backend::conv2d_forward_batch_norm):
+// fused op that takes the sums itself and then finalizes them (FusedKernels::conv2d_forward_stats):
 // count values per channel; assigns mean and invstd, updates running_mean and running_var in place.
 struct BatchNormFinalize {
   double count = 0;
@@ -102,8 +102,8 @@ struct DropoutArgs {
 
 // A batch still to be gathered from the device-resident dataset (Backend::gather_batch's
 // arguments, ring form), for an op that gathers it where it first reads it
-// (Backend::conv2d_forward_batch_norm_gathered): the slice's indices are ring[(s % ring_steps) *
-// n, ... + n), s = step->step when the kernel runs (step nullptr: s = 0, so ring holds the
+// (FusedKernels::conv2d_forward_batch_norm_gathered): the slice's indices are ring[(s % ring_steps)
+// * n, ... + n), s = step->step when the kernel runs (step nullptr: s = 0, so ring holds the
 // indices themselves); images uint8[num_images, pixels], labels uint8[num_images]; the batch goes
 // to x float[n, pixels] and its labels to y int32[n].
 struct BatchGather {
@@ -120,8 +120,9 @@ struct BatchGather {
 // A dense block (batch_norm -> relu (-> dropout) over a dense layer's output x[n, c], one
 // batch-norm channel per feature) whose statistics are already final, for an op that computes the
 // block's output where it reads it instead of storing it
-// (Backend::dense_block_softmax_cross_entropy): y = dropout(relu(batch_norm_apply(x, mean, invstd,
-// gamma, beta))). gamma nullptr means 1, beta nullptr 0; has_dropout false means no dropout.
+// (FusedKernels::dense_block_softmax_cross_entropy): y = dropout(relu(batch_norm_apply(x, mean,
+// invstd, gamma, beta))). gamma nullptr means 1, beta nullptr 0; has_dropout false means no
+// dropout.
 struct DenseBlockInput {
   const float* x = nullptr;
   const float *mean = nullptr, *invstd = nullptr, *gamma = nullptr, *beta = nullptr;
@@ -131,9 +132,9 @@ struct DenseBlockInput {
 
 // What a batch norm's backward apply takes (Backend::batch_norm_backward_apply's arguments), for an
 // op that computes the apply where it reads the result instead of storing it
-// (Backend::dense_backward_batch_norm): the gradient dy that reaches the batch norm and its input
-// x, both [n, c] (hw = 1), per-channel arrays of c floats (gamma nullptr means 1), and count, the
-// values per channel in the normalisation group.
+// (FusedKernels::dense_backward_batch_norm): the gradient dy that reaches the batch norm and its
+// input x, both [n, c] (hw = 1), per-channel arrays of c floats (gamma nullptr means 1), and count,
+// the values per channel in the normalisation group.
 struct BatchNormGradient {
   const float* dy = nullptr;
   const float* x = nullptr;

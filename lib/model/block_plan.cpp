@@ -20,21 +20,23 @@ bool kinds_at(const std::vector<LayerPlan>& plans, std::size_t at,
 }
 
 // conv2d -> batch_norm -> relu -> max_pool, whose pool the backend fuses with the batch norm and
-// the ReLU (Backend::fuses_conv_block).
+// the ReLU (FusedKind::conv_block).
 bool conv_block_at(const Model& model, std::size_t at, const Backend& backend) {
   const auto& plans = model.layers();
   return kinds_at(
              plans, at,
              {LayerKind::conv2d, LayerKind::batch_norm, LayerKind::relu, LayerKind::max_pool}) &&
-         backend.fuses_conv_block(max_pool_geom(plans[at + 3], 1));
+         backend.fused().supports(FusedShape::conv_block(
+             conv2d_geom(plans[at], 1), max_pool_geom(plans[at + 3], 1), plans[at].bias >= 0));
 }
 
 // batch_norm -> relu over a flat input (in.h * in.w == 1: a dense layer's output), when the
-// backend fuses such a block (Backend::fuses_dense_block); a dropout right after joins it.
+// backend fuses such a block (FusedKind::dense_block); a dropout right after joins it.
 bool dense_block_at(const Model& model, std::size_t at, const Backend& backend) {
   const auto& plans = model.layers();
   return kinds_at(plans, at, {LayerKind::batch_norm, LayerKind::relu}) &&
-         plans[at].in.h * plans[at].in.w == 1 && backend.fuses_dense_block();
+         plans[at].in.h * plans[at].in.w == 1 &&
+         backend.fused().supports(FusedShape::dense_block(1, plans[at].in.c));
 }
 
 const LayerPlan& first_plan(const Model& model, const LayerUnit& unit) {
@@ -71,12 +73,16 @@ std::vector<BlockPlan> plan_blocks(const Model& model, const std::vector<LayerUn
   // The head: a last dense layer the backend runs with the loss (training only: evaluation wants
   // the logits). The tail: the dense layer and dense block in front of it, with the slice's own
   // statistics (sync batch norm all-reduces between the block's ops).
-  const bool head = training && count >= 1 && backend.fuses_dense_head() &&
-                    single_of(model, layers[count - 1], LayerKind::dense);
+  const bool head =
+      training && count >= 1 && single_of(model, layers[count - 1], LayerKind::dense) &&
+      backend.fused().supports(FusedShape::dense_head(
+          1, static_cast<int>(first_plan(model, layers[count - 1]).in.size()), classes));
   const bool tail = head && pass == PassKind::train_local_batch_norm && count >= 3 &&
                     single_of(model, layers[count - 3], LayerKind::dense) &&
                     layers[count - 2].group == LayerGroup::dense_block &&
-                    backend.fuses_dense_tail(first_plan(model, layers[count - 3]).out.c, classes);
+                    backend.fused().supports(FusedShape::dense_tail(
+                        1, static_cast<int>(first_plan(model, layers[count - 3]).in.size()),
+                        first_plan(model, layers[count - 3]).out.c, classes));
   const std::size_t plain = count - (tail ? 3 : head ? 1 : 0);
 
   std::vector<BlockPlan> blocks;
@@ -85,7 +91,8 @@ std::vector<BlockPlan> plan_blocks(const Model& model, const std::vector<LayerUn
   // slice's own statistics (the fused kernel finalizes them).
   if (pass == PassKind::train_local_batch_norm && !blocks.empty() &&
       layers[0].group == LayerGroup::conv_block &&
-      backend.fuses_gather(conv2d_geom(first_plan(model, layers[0]), 1))) {
+      backend.fused().supports(
+          FusedShape::gathered_convolution(conv2d_geom(first_plan(model, layers[0]), 1)))) {
     blocks[0].kind = BlockKind::gathered_layer;
   }
   if (tail)

@@ -282,7 +282,7 @@ class BatchNormLayer final : public Layer {
 };
 
 // conv2d -> batch_norm -> relu -> max_pool (2x2, stride 2) as one layer, on engines that fuse the
-// last three (Backend::fuses_conv_block). The same math as the four layers, but the batch norm
+// last three (FusedKernels::supports). The same math as the four layers, but the batch norm
 // and ReLU outputs are never stored: forward keeps the convolution's output, the pooled output
 // and one mask byte per pooled value; backward makes the convolution's input gradient in two
 // passes. Statistics (local or synced through ctx.all_reduce_sum) follow BatchNormLayer exactly.
@@ -294,10 +294,8 @@ class ConvBlockLayer final : public Layer {
         pool_(m.layers()[conv.index + 3]),
         conv_out_(*b.backend, static_cast<std::size_t>(max_batch) * conv.out.size()),
         dconv_(*b.backend,
-               b.backend->conv_block_backward_uses_dconv(
-                   conv2d_geom(conv, max_batch), max_pool_geom(pool_, max_batch), conv.bias >= 0)
-                   ? static_cast<std::size_t>(max_batch) * conv.out.size()
-                   : 0),
+               b.backend->fused().workspace_floats(FusedShape::conv_block(
+                   conv2d_geom(conv, max_batch), max_pool_geom(pool_, max_batch), conv.bias >= 0))),
         mask_(*b.backend, static_cast<std::size_t>(max_batch) * pool_.out.size()),
         sums_(*b.backend, 2 * static_cast<std::size_t>(conv.out.c)),
         mean_(*b.backend, conv.out.c),
@@ -329,16 +327,17 @@ class ConvBlockLayer final : public Layer {
                 "{}: gathers its batch in training with local statistics, n in [1, {}]; got n {}",
                 label(), max_batch_, ctx.n);
     const int c = channels();
-    be().conv2d_forward_batch_norm_gathered(conv2d_geom(plan_, ctx.n), batch, param(plan_.weight),
-                                            param(plan_.bias), conv_out_.data(), sums_.data(),
-                                            sums_.data() + c, local_finalize(ctx), bind_.workspace);
+    be().fused().conv2d_forward_batch_norm_gathered(
+        conv2d_geom(plan_, ctx.n), batch, param(plan_.weight), param(plan_.bias), conv_out_.data(),
+        sums_.data(), sums_.data() + c, local_finalize(ctx), bind_.workspace);
     pool_forward(ctx, y);
   }
 
  private:
   void pool_forward(const PassContext& ctx, float* y) {
-    be().bn_relu_pool_forward(max_pool_geom(pool_, ctx.n), conv_out_.data(), mean_.data(),
-                              invstd_.data(), param(bn_.gamma), param(bn_.beta), y, mask_.data());
+    be().fused().bn_relu_pool_forward(max_pool_geom(pool_, ctx.n), conv_out_.data(), mean_.data(),
+                                      invstd_.data(), param(bn_.gamma), param(bn_.beta), y,
+                                      mask_.data());
   }
 
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
@@ -346,14 +345,15 @@ class ConvBlockLayer final : public Layer {
     const LayerSpec& s = bn_.spec;
     if (ctx.training && !ctx.all_reduce_sum) {
       // The statistics are taken, and finalized, by the convolution while its output is in cache.
-      be().conv2d_forward_batch_norm(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
-                                     param(plan_.bias), conv_out_.data(), sums_.data(),
-                                     sums_.data() + c, local_finalize(ctx), bind_.workspace);
+      const BatchNormFinalize finalize = local_finalize(ctx);
+      be().fused().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
+                                        param(plan_.bias), conv_out_.data(), sums_.data(),
+                                        sums_.data() + c, &finalize, bind_.workspace);
     } else if (ctx.training) {
       // Sync batch norm: the slices' sums are all-reduced between the statistics and the finalize.
-      be().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
-                                param(plan_.bias), conv_out_.data(), sums_.data(), sums_.data() + c,
-                                bind_.workspace);
+      be().fused().conv2d_forward_stats(conv2d_geom(plan_, ctx.n), x, param(plan_.weight),
+                                        param(plan_.bias), conv_out_.data(), sums_.data(),
+                                        sums_.data() + c, nullptr, bind_.workspace);
       finalize_batch_norm_stats(be(), ctx, s, c, plan_.out.h * plan_.out.w, sums_, mean_.data(),
                                 invstd_.data(), state(bn_.running_mean), state(bn_.running_var));
     } else {
@@ -371,8 +371,8 @@ class ConvBlockLayer final : public Layer {
     const PoolGeom pg = max_pool_geom(pool_, ctx.n);
     float* sum_dy = grad_sums_.data();
     float* sum_dy_xhat = grad_sums_.data() + c;
-    be().bn_relu_pool_backward_reduce(pg, dy, mask_.data(), conv_out_.data(), mean_.data(),
-                                      invstd_.data(), sum_dy, sum_dy_xhat);
+    be().fused().bn_relu_pool_backward_reduce(pg, dy, mask_.data(), conv_out_.data(), mean_.data(),
+                                              invstd_.data(), sum_dy, sum_dy_xhat);
     take_batch_norm_grads(be(), ctx, grad_sums_, grad(bn_.beta), grad(bn_.gamma), true);
     ConvBlockGradient block;
     block.pool = pg;
@@ -387,9 +387,9 @@ class ConvBlockLayer final : public Layer {
     block.count = group_count(ctx);
     // The batch norm's gradient goes to the convolution's backward (engines may compute it where
     // the convolution reads it instead of storing it in dconv_, which then was never allocated).
-    be().conv_block_backward(conv2d_geom(plan_, ctx.n), block, x, param(plan_.weight),
-                             grad(plan_.weight), grad(plan_.bias), dx, dconv_.data(),
-                             bind_.workspace);
+    be().fused().conv_block_backward(conv2d_geom(plan_, ctx.n), block, x, param(plan_.weight),
+                                     grad(plan_.weight), grad(plan_.bias), dx, dconv_.data(),
+                                     bind_.workspace);
   }
 
   const LayerPlan& bn_;
@@ -400,7 +400,7 @@ class ConvBlockLayer final : public Layer {
 };
 
 // batch_norm -> relu (-> dropout) over a dense layer's output [n, c] (a flat input: each channel
-// one feature) as one layer, on engines that fuse it (Backend::fuses_dense_block). Training with
+// one feature) as one layer, on engines that fuse it (FusedKernels::supports). Training with
 // the slice's own statistics makes the two fused calls; sync batch norm runs the chain of separate
 // ops with the all-reduces where BatchNormLayer makes them; evaluation applies the running
 // statistics and the ReLU (dropout is the identity). Its output is the dropout's (or the ReLU's
@@ -440,7 +440,7 @@ class DenseBlockLayer final : public Layer {
   }
   // The fused calls' scratch, which the sync batch norm chain below uses too (two [n, c] buffers).
   std::size_t workspace_floats() const override {
-    return Backend::dense_block_scratch_floats(max_batch_, channels());
+    return be().fused().workspace_floats(FusedShape::dense_block(max_batch_, channels()));
   }
 
   // The dropout plan right after batch_norm -> relu at `bn_index`, or nullptr.
@@ -484,9 +484,9 @@ class DenseBlockLayer final : public Layer {
     DropoutArgs args;
     const DropoutArgs* dropout = dropout_args(ctx, args) ? &args : nullptr;
     if (!ctx.all_reduce_sum) {
-      be().dense_block_forward(ctx.n, c, x, s.epsilon, s.decay, gamma, beta, dropout, y,
-                               mean_.data(), invstd_.data(), state(plan_.running_mean),
-                               state(plan_.running_var), bind_.workspace);
+      be().fused().dense_block_forward(ctx.n, c, x, s.epsilon, s.decay, gamma, beta, dropout, y,
+                                       mean_.data(), invstd_.data(), state(plan_.running_mean),
+                                       state(plan_.running_var), bind_.workspace);
       return;
     }
     // Sync batch norm: the statistics are summed over the replicas between the ops.
@@ -510,11 +510,12 @@ class DenseBlockLayer final : public Layer {
     float* gamma = param(plan_.gamma);
     float* beta = param(plan_.beta);
     if (!ctx.all_reduce_sum) {
-      be().dense_block_backward(ctx.n, c, x, mean_.data(), invstd_.data(), gamma, beta, dropout, dy,
-                                dx, grad(plan_.gamma), grad(plan_.beta), bind_.workspace);
+      be().fused().dense_block_backward(ctx.n, c, x, mean_.data(), invstd_.data(), gamma, beta,
+                                        dropout, dy, dx, grad(plan_.gamma), grad(plan_.beta),
+                                        bind_.workspace);
       return;
     }
-    // Sync batch norm: the chain of Backend::dense_block_backward with BatchNormLayer's
+    // Sync batch norm: the chain of FusedKernels::dense_block_backward with BatchNormLayer's
     // all-reduce of the gradient sums before the apply.
     const std::size_t v = values(ctx.n);
     float* dbn = bind_.workspace;       // the gradient that reaches the batch norm

@@ -54,12 +54,12 @@ Replica::Replica(const Model& model, Backend& backend, int max_batch)
     for (const BlockPlan& block : pass->blocks) {
       if (block.kind == BlockKind::dense_head) {
         const LayerPlan& p = layers_[block.layer]->plan();
-        workspace = std::max(workspace, backend.dense_softmax_cross_entropy_workspace_floats(
-                                            max_batch, static_cast<int>(p.in.size()), classes));
+        workspace = std::max(workspace, backend.fused().workspace_floats(FusedShape::dense_head(
+                                            max_batch, static_cast<int>(p.in.size()), classes)));
       } else if (block.kind == BlockKind::dense_tail) {
         const LayerPlan& p = layers_[block.layer]->plan();  // the tail's dense layer
-        workspace = std::max(
-            workspace, backend.dense_tail_workspace_floats(max_batch, p.in.c, p.out.c, classes));
+        workspace = std::max(workspace, backend.fused().workspace_floats(FusedShape::dense_tail(
+                                            max_batch, p.in.c, p.out.c, classes)));
       }
     }
   }
@@ -135,7 +135,7 @@ void Replica::forward_head(const PassContext& ctx, const BlockPlan& block, const
   const LayerPlan& h = head.plan();
   float* dx = reaches_input(block.layer) ? nullptr : grad_a_.data();
   timed(true, h.index, [&] {
-    backend_.dense_softmax_cross_entropy(
+    backend_.fused().dense_softmax_cross_entropy(
         ctx.n, static_cast<int>(h.in.size()), static_cast<int>(h.out.size()), x,
         head.param(h.weight), head.param(h.bias), labels_.data(), grad_scale, dx,
         head.grad(h.weight), head.grad(h.bias), metrics(), workspace_.data());
@@ -158,12 +158,13 @@ void Replica::forward_tail(const PassContext& ctx, const BlockPlan& block, const
   DenseBlockTail tail = layers_[block_at]->dense_block_tail(ctx);
   float* z = activation_[dense_at];
   timed(true, d.index, [&] {
-    backend_.dense_forward_batch_norm(ctx.n, d.in.c, d.out.c, x, dense.param(d.weight),
-                                      dense.param(d.bias), z, tail.finalize, workspace_.data());
+    backend_.fused().dense_forward_batch_norm(ctx.n, d.in.c, d.out.c, x, dense.param(d.weight),
+                                              dense.param(d.bias), z, tail.finalize,
+                                              workspace_.data());
   });
   tail.input.x = z;
   timed(true, h.index, [&] {
-    backend_.dense_block_softmax_cross_entropy(
+    backend_.fused().dense_block_softmax_cross_entropy(
         ctx.n, d.out.c, static_cast<int>(h.out.size()), tail.input, head.param(h.weight),
         head.param(h.bias), labels_.data(), grad_scale, grad_a_.data(), tail.sum_dy,
         tail.sum_dy_xhat, head.grad(h.weight), head.grad(h.bias), metrics(), workspace_.data());
@@ -256,10 +257,10 @@ void Replica::backward(const PassContext& ctx) {
         dy = pass.saved[b].tail.dy;  // the head's gradient at the block's batch norm
         float* dx = reaches_input(block.layer) ? nullptr : spare();
         timed(false, d.index, [&] {
-          backend_.dense_backward_batch_norm(ctx.n, d.in.c, d.out.c, input_of(block.layer),
-                                             pass.saved[b].tail, dense.param(d.weight),
-                                             dense.grad(d.weight), dense.grad(d.bias), dx,
-                                             workspace_.data());
+          backend_.fused().dense_backward_batch_norm(ctx.n, d.in.c, d.out.c, input_of(block.layer),
+                                                     pass.saved[b].tail, dense.param(d.weight),
+                                                     dense.grad(d.weight), dense.grad(d.bias), dx,
+                                                     workspace_.data());
         });
         dy = dx;
         break;

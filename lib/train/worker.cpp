@@ -295,7 +295,7 @@ StepTimes Worker::graph_step(int64_t step, double lr, const std::function<void(P
                                  opt.epsilon, tensorflow_epsilon);
     };
     // The step's gather is the forward pass's: an engine that fuses it into the first convolution
-    // (Backend::fuses_gather) runs one launch fewer.
+    // (FusedKind::gathered_convolution) runs one launch fewer.
     BatchGather gather;
     gather.images = train_pixels_.data();
     gather.labels = train_labels_.data();

@@ -32,6 +32,7 @@
 
 using namespace gpu_test;
 using mnist::Backend;
+using mnist::FusedShape;
 using mnist::PoolGeom;
 
 namespace {
@@ -97,8 +98,10 @@ TEST_CASE("bn_relu_pool on the fused engine matches the CPU twin", "[gpu][fused]
             const float* bg = affine >= 1 ? beta.g() : nullptr;
             auto y = poisoned(g, pooled);
             auto mask = poisoned_mask(g, pooled);
-            cpu().bn_relu_pool_forward(pg, x.c(), mean.c(), invstd.c(), gc, bc, y.c(), mask.c());
-            g.bn_relu_pool_forward(pg, x.g(), mean.g(), invstd.g(), gg, bg, y.g(), mask.g());
+            cpu().fused().bn_relu_pool_forward(pg, x.c(), mean.c(), invstd.c(), gc, bc, y.c(),
+                                               mask.c());
+            g.fused().bn_relu_pool_forward(pg, x.g(), mean.g(), invstd.g(), gg, bg, y.g(),
+                                           mask.g());
             check_same_bits(g, y, "bn_relu_pool_forward y");
             CHECK(same_bits(download(cpu(), mask.cpu), download(g, mask.gpu)));
           }
@@ -106,16 +109,16 @@ TEST_CASE("bn_relu_pool on the fused engine matches the CPU twin", "[gpu][fused]
           // Backward on identical inputs: the CPU's mask (with gamma and beta) on both sides.
           auto y = poisoned(g, pooled);
           auto cpu_mask = poisoned_mask(g, pooled);
-          cpu().bn_relu_pool_forward(pg, x.c(), mean.c(), invstd.c(), gamma.c(), beta.c(), y.c(),
-                                     cpu_mask.c());
+          cpu().fused().bn_relu_pool_forward(pg, x.c(), mean.c(), invstd.c(), gamma.c(), beta.c(),
+                                             y.c(), cpu_mask.c());
           auto mask = upload(g, download(cpu(), cpu_mask.cpu));
 
           auto sum_dy = poisoned(g, c);
           auto sum_dy_xhat = poisoned(g, c);
-          cpu().bn_relu_pool_backward_reduce(pg, dy.c(), mask.c(), x.c(), mean.c(), invstd.c(),
-                                             sum_dy.c(), sum_dy_xhat.c());
-          g.bn_relu_pool_backward_reduce(pg, dy.g(), mask.g(), x.g(), mean.g(), invstd.g(),
-                                         sum_dy.g(), sum_dy_xhat.g());
+          cpu().fused().bn_relu_pool_backward_reduce(pg, dy.c(), mask.c(), x.c(), mean.c(),
+                                                     invstd.c(), sum_dy.c(), sum_dy_xhat.c());
+          g.fused().bn_relu_pool_backward_reduce(pg, dy.g(), mask.g(), x.g(), mean.g(), invstd.g(),
+                                                 sum_dy.g(), sum_dy_xhat.g());
           const double pooled_count = static_cast<double>(n) * pg.out_h * pg.out_w;
           expect_close(g, sum_dy, 1e-9 * pooled_count, 2.4e-7,
                        "bn_relu_pool_backward_reduce sum_dy");
@@ -124,8 +127,8 @@ TEST_CASE("bn_relu_pool on the fused engine matches the CPU twin", "[gpu][fused]
           // A second run gives the same bits: the sums' order depends on the sizes alone.
           auto again = poisoned(g, c);
           auto again_xhat = poisoned(g, c);
-          g.bn_relu_pool_backward_reduce(pg, dy.g(), mask.g(), x.g(), mean.g(), invstd.g(),
-                                         again.g(), again_xhat.g());
+          g.fused().bn_relu_pool_backward_reduce(pg, dy.g(), mask.g(), x.g(), mean.g(), invstd.g(),
+                                                 again.g(), again_xhat.g());
           CHECK(same_bits(download(g, sum_dy.gpu), download(g, again.gpu)));
           CHECK(same_bits(download(g, sum_dy_xhat.gpu), download(g, again_xhat.gpu)));
 
@@ -137,12 +140,12 @@ TEST_CASE("bn_relu_pool on the fused engine matches the CPU twin", "[gpu][fused]
             const bool with_gamma = group == count;
             INFO("group " << group << ", gamma " << with_gamma);
             auto dx = poisoned(g, full);
-            cpu().bn_relu_pool_backward_apply(pg, dy.c(), mask.c(), x.c(), mean.c(), invstd.c(),
-                                              with_gamma ? gamma.c() : nullptr, s1.c(), s2.c(),
-                                              group, dx.c());
-            g.bn_relu_pool_backward_apply(pg, dy.g(), mask.g(), x.g(), mean.g(), invstd.g(),
-                                          with_gamma ? gamma.g() : nullptr, s1.g(), s2.g(), group,
-                                          dx.g());
+            cpu().fused().bn_relu_pool_backward_apply(pg, dy.c(), mask.c(), x.c(), mean.c(),
+                                                      invstd.c(), with_gamma ? gamma.c() : nullptr,
+                                                      s1.c(), s2.c(), group, dx.c());
+            g.fused().bn_relu_pool_backward_apply(pg, dy.g(), mask.g(), x.g(), mean.g(), invstd.g(),
+                                                  with_gamma ? gamma.g() : nullptr, s1.g(), s2.g(),
+                                                  group, dx.g());
             check_same_bits(g, dx, "bn_relu_pool_backward_apply dx");
           }
         }
@@ -166,8 +169,10 @@ TEST_CASE("bn_relu_pool forward keeps NaN and infinities where the CPU twin does
   auto invstd = upload(g, std::vector<float>{1.0f});
   auto y = poisoned(g, 4);
   auto mask = poisoned_mask(g, 4);
-  cpu().bn_relu_pool_forward(pg, x.c(), mean.c(), invstd.c(), nullptr, nullptr, y.c(), mask.c());
-  g.bn_relu_pool_forward(pg, x.g(), mean.g(), invstd.g(), nullptr, nullptr, y.g(), mask.g());
+  cpu().fused().bn_relu_pool_forward(pg, x.c(), mean.c(), invstd.c(), nullptr, nullptr, y.c(),
+                                     mask.c());
+  g.fused().bn_relu_pool_forward(pg, x.g(), mean.g(), invstd.g(), nullptr, nullptr, y.g(),
+                                 mask.g());
   const std::vector<float> yc = download(cpu(), y.cpu), yg = download(g, y.gpu);
   for (int i = 0; i < 4; ++i) {
     INFO("window " << i << ": cpu " << yc[i] << ", gpu " << yg[i]);
@@ -209,24 +214,26 @@ TEST_CASE("only the fused engine fuses the conv block, on the pools the CPU twin
     INFO("geometry " << i);
     const bool expected = mnist::cpu::native::conv_block_pool_supported(geoms[i]);
     CHECK(expected == (i < 4));
-    CHECK(fused.fuses_conv_block(geoms[i]) == expected);
-    CHECK_FALSE(native.fuses_conv_block(geoms[i]));
+    CHECK(fused.fused().supports(FusedShape::conv_block({}, geoms[i], false)) == expected);
+    CHECK_FALSE(native.fused().supports(FusedShape::conv_block({}, geoms[i], false)));
   }
 
-  // Called where fuses_conv_block said no: refused, naming what is wrong.
+  // Called where supports(conv_block) said no: refused, naming what is wrong.
   const PoolGeom seed1 = geoms[0];
   mnist::DeviceBuffer<float> x(native, 4 * 6 * 28 * 28), y(native, 4 * 6 * 14 * 14),
       stats(native, 6);
   mnist::DeviceBuffer<uint8_t> mask(native, 4 * 6 * 14 * 14);
-  CHECK_THROWS_WITH(native.bn_relu_pool_forward(seed1, x.data(), stats.data(), stats.data(),
-                                                nullptr, nullptr, y.data(), mask.data()),
-                    Catch::Contains("engine 'fused' only") && Catch::Contains("'native'"));
+  CHECK_THROWS_WITH(
+      native.fused().bn_relu_pool_forward(seed1, x.data(), stats.data(), stats.data(), nullptr,
+                                          nullptr, y.data(), mask.data()),
+      Catch::Contains("bn_relu_pool_forward") && Catch::Contains("not implemented by this engine"));
   mnist::DeviceBuffer<float> fx(fused, 4 * 6 * 28 * 28), fy(fused, 4 * 6 * 15 * 15),
       fstats(fused, 6);
   mnist::DeviceBuffer<uint8_t> fmask(fused, 4 * 6 * 15 * 15);
-  CHECK_THROWS_WITH(fused.bn_relu_pool_forward(padded, fx.data(), fstats.data(), fstats.data(),
-                                               nullptr, nullptr, fy.data(), fmask.data()),
-                    Catch::Contains("2x2 pooling") && Catch::Contains("padding 1x1"));
+  CHECK_THROWS_WITH(
+      fused.fused().bn_relu_pool_forward(padded, fx.data(), fstats.data(), fstats.data(), nullptr,
+                                         nullptr, fy.data(), fmask.data()),
+      Catch::Contains("2x2 pooling") && Catch::Contains("padding 1x1"));
 }
 
 TEST_CASE("each bn_relu_pool op is one kernel launch", "[gpu][fused][conv_block][counts]") {
@@ -241,17 +248,17 @@ TEST_CASE("each bn_relu_pool op is one kernel launch", "[gpu][fused][conv_block]
   g.fill(per_channel.data(), 6, 1.0f);
   g.fill(sums.data(), 12, 1.0f);
   const mnist::LaunchCounts forward = counted(g, [&] {
-    g.bn_relu_pool_forward(pg, x.data(), per_channel.data(), per_channel.data(), nullptr,
-                           per_channel.data(), y.data(), mask.data());
+    g.fused().bn_relu_pool_forward(pg, x.data(), per_channel.data(), per_channel.data(), nullptr,
+                                   per_channel.data(), y.data(), mask.data());
   });
   const mnist::LaunchCounts reduce = counted(g, [&] {
-    g.bn_relu_pool_backward_reduce(pg, dy.data(), mask.data(), x.data(), per_channel.data(),
-                                   per_channel.data(), sums.data(), sums.data() + 6);
+    g.fused().bn_relu_pool_backward_reduce(pg, dy.data(), mask.data(), x.data(), per_channel.data(),
+                                           per_channel.data(), sums.data(), sums.data() + 6);
   });
   const mnist::LaunchCounts apply = counted(g, [&] {
-    g.bn_relu_pool_backward_apply(pg, dy.data(), mask.data(), x.data(), per_channel.data(),
-                                  per_channel.data(), nullptr, sums.data(), sums.data() + 6,
-                                  7.0 * 14 * 14, dx.data());
+    g.fused().bn_relu_pool_backward_apply(pg, dy.data(), mask.data(), x.data(), per_channel.data(),
+                                          per_channel.data(), nullptr, sums.data(), sums.data() + 6,
+                                          7.0 * 14 * 14, dx.data());
   });
   // No copies (the reduce's last block leaves the stream's block counter at zero for the next
   // kernel, so no memset precedes it) and no waits for the device.
@@ -330,10 +337,10 @@ TEST_CASE("conv_block_backward stages the batch norm's gradient inside the convo
         // A real mask: the forward of the block on these values (ties and zeros included).
         auto y = poisoned(g, pooled);
         auto mask = poisoned_mask(g, pooled);
-        g.bn_relu_pool_forward(pg, conv_out.g(), mean.g(), invstd.g(), gamma.g(), nullptr, y.g(),
-                               mask.g());
-        cpu().bn_relu_pool_forward(pg, conv_out.c(), mean.c(), invstd.c(), gamma.c(), nullptr,
-                                   y.c(), mask.c());
+        g.fused().bn_relu_pool_forward(pg, conv_out.g(), mean.g(), invstd.g(), gamma.g(), nullptr,
+                                       y.g(), mask.g());
+        cpu().fused().bn_relu_pool_forward(pg, conv_out.c(), mean.c(), invstd.c(), gamma.c(),
+                                           nullptr, y.c(), mask.c());
         auto block_of = [&](bool on_gpu) {
           mnist::ConvBlockGradient b;
           b.pool = pg;
@@ -358,8 +365,9 @@ TEST_CASE("conv_block_backward stages the batch norm's gradient inside the convo
         auto dw_chain = poisoned(g, w_size);
         auto dx_chain = poisoned(g, x_size);
         const mnist::ConvBlockGradient b = block_of(true);
-        g.bn_relu_pool_backward_apply(pg, b.dy, b.mask, b.conv_out, b.mean, b.invstd, b.gamma,
-                                      b.sum_dy, b.sum_dy_xhat, b.count, dconv_chain.g());
+        g.fused().bn_relu_pool_backward_apply(pg, b.dy, b.mask, b.conv_out, b.mean, b.invstd,
+                                              b.gamma, b.sum_dy, b.sum_dy_xhat, b.count,
+                                              dconv_chain.g());
         g.conv2d_backward(geo, x.g(), dconv_chain.g(), weight.g(), dw_chain.g(), nullptr,
                           with_dx ? dx_chain.g() : nullptr, ws_gpu.data());
         // The fused call, and the CPU twin.
@@ -367,14 +375,14 @@ TEST_CASE("conv_block_backward stages the batch norm's gradient inside the convo
         auto dw = poisoned(g, w_size);
         auto dx = poisoned(g, x_size);
         const mnist::LaunchCounts c = counted(g, [&] {
-          g.conv_block_backward(geo, b, x.g(), weight.g(), dw.g(), nullptr,
-                                with_dx ? dx.g() : nullptr, dconv.g(), ws_gpu.data());
+          g.fused().conv_block_backward(geo, b, x.g(), weight.g(), dw.g(), nullptr,
+                                        with_dx ? dx.g() : nullptr, dconv.g(), ws_gpu.data());
         });
         CHECK(c.kernels == 1);
         CHECK(c.copies == 0);
         CHECK(c.host_syncs == 0);
-        cpu().conv_block_backward(geo, block_of(false), x.c(), weight.c(), dw.c(), nullptr,
-                                  with_dx ? dx.c() : nullptr, dconv.c(), ws_cpu.data());
+        cpu().fused().conv_block_backward(geo, block_of(false), x.c(), weight.c(), dw.c(), nullptr,
+                                          with_dx ? dx.c() : nullptr, dconv.c(), ws_cpu.data());
         CHECK(same_bits(download(g, dw.gpu), download(g, dw_chain.gpu)));
         CHECK(same_bits(download(g, dx.gpu), download(g, dx_chain.gpu)));
         const std::vector<float> untouched = download(g, dconv.gpu);
@@ -382,12 +390,12 @@ TEST_CASE("conv_block_backward stages the batch norm's gradient inside the convo
             std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
         // So it says it needs no dconv here (a layer then allocates none), and takes nullptr; a
         // bias gradient, or the CPU, takes the two calls and needs it.
-        CHECK_FALSE(g.conv_block_backward_uses_dconv(geo, pg, false));
-        CHECK(g.conv_block_backward_uses_dconv(geo, pg, true));
-        CHECK(cpu().conv_block_backward_uses_dconv(geo, pg, false));
+        CHECK(g.fused().workspace_floats(FusedShape::conv_block(geo, pg, false)) == 0);
+        CHECK(g.fused().workspace_floats(FusedShape::conv_block(geo, pg, true)) > 0);
+        CHECK(cpu().fused().workspace_floats(FusedShape::conv_block(geo, pg, false)) > 0);
         auto dw_again = poisoned(g, w_size);
-        g.conv_block_backward(geo, b, x.g(), weight.g(), dw_again.g(), nullptr,
-                              with_dx ? dx.g() : nullptr, nullptr, ws_gpu.data());
+        g.fused().conv_block_backward(geo, b, x.g(), weight.g(), dw_again.g(), nullptr,
+                                      with_dx ? dx.g() : nullptr, nullptr, ws_gpu.data());
         CHECK(same_bits(download(g, dw_again.gpu), download(g, dw_chain.gpu)));
         const double positions = static_cast<double>(n) * geo.out_h * geo.out_w;
         expect_close(g, dw, 4 * (1e-6 * positions + 1e-6), 1e-5, "dweight");

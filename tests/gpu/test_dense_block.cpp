@@ -1,6 +1,6 @@
 // The fused dense block on the engine "fused" (batch_norm -> relu -> dropout over a dense layer's
 // output and its backward, one kernel each, lib/backend/cuda/dense_block.cu) against its CPU twin,
-// the chain of CPU ops in Backend::dense_block_* (backend.cpp): op by op on awkward sizes with
+// the chain of CPU ops in FusedKernels::dense_block_* (fused.cpp): op by op on awkward sizes with
 // poisoned outputs, and whole replicas of the seed network.
 //
 // Tolerances, |gpu - cpu| <= atol + rtol * |cpu|:
@@ -49,7 +49,8 @@ bool all_nan(const std::vector<float>& v) {
 
 // The scratch the chain needs, on the CPU.
 mnist::DeviceBuffer<float> cpu_scratch(int n, int c) {
-  return mnist::DeviceBuffer<float>(cpu(), Backend::dense_block_scratch_floats(n, c));
+  return mnist::DeviceBuffer<float>(
+      cpu(), cpu().fused().workspace_floats(mnist::FusedShape::dense_block(n, c)));
 }
 
 // A dropout for both sides, its step given directly or through a StepScalars in each backend's
@@ -124,7 +125,7 @@ std::vector<float> cpu_backward_apply(int n, int c, const float* x, const float*
 
 TEST_CASE("the fused dense block matches the CPU chain", "[gpu][fused][dense_block]") {
   Backend& g = gpu("fused");
-  REQUIRE(g.fuses_dense_block());
+  REQUIRE(g.fused().supports(mnist::FusedShape::dense_block(1, 1)));
   for (int n : {1, 2, 7, 33, 257}) {
     for (int c : {1, 7, 100, 129}) {
       // Every variant on the small sizes; on the larger ones (slow to emulate) those that
@@ -162,11 +163,12 @@ TEST_CASE("the fused dense block matches the CPU chain", "[gpu][fused][dense_blo
         auto y = poisoned(g, v);
         auto mean = poisoned(g, c);
         auto invstd = poisoned(g, c);
-        cpu().dense_block_forward(n, c, x.c(), kEpsilon, kDecay, gc, bc, dc, y.c(), mean.c(),
-                                  invstd.c(), running_mean.c(), running_var.c(), scratch.data());
+        cpu().fused().dense_block_forward(n, c, x.c(), kEpsilon, kDecay, gc, bc, dc, y.c(),
+                                          mean.c(), invstd.c(), running_mean.c(), running_var.c(),
+                                          scratch.data());
         const mnist::LaunchCounts fc = counted(g, [&] {
-          g.dense_block_forward(n, c, x.g(), kEpsilon, kDecay, gg, bg, dg, y.g(), mean.g(),
-                                invstd.g(), running_mean.g(), running_var.g(), nullptr);
+          g.fused().dense_block_forward(n, c, x.g(), kEpsilon, kDecay, gg, bg, dg, y.g(), mean.g(),
+                                        invstd.g(), running_mean.g(), running_var.g(), nullptr);
         });
         CHECK(fc.kernels == 1);
         CHECK(fc.copies == 0);
@@ -187,8 +189,8 @@ TEST_CASE("the fused dense block matches the CPU chain", "[gpu][fused][dense_blo
           auto invstd2 = poisoned(g, c);
           auto rm2 = upload(g, running_mean0);
           auto rv2 = upload(g, running_var0);
-          g.dense_block_forward(n, c, x.g(), kEpsilon, kDecay, gg, bg, dg, y2.g(), mean2.g(),
-                                invstd2.g(), rm2.g(), rv2.g(), nullptr);
+          g.fused().dense_block_forward(n, c, x.g(), kEpsilon, kDecay, gg, bg, dg, y2.g(),
+                                        mean2.g(), invstd2.g(), rm2.g(), rv2.g(), nullptr);
           CHECK(same_bits(gpu_y, download(g, y2.gpu)));
           CHECK(same_bits(download(g, mean.gpu), download(g, mean2.gpu)));
           CHECK(same_bits(download(g, invstd.gpu), download(g, invstd2.gpu)));
@@ -207,13 +209,13 @@ TEST_CASE("the fused dense block matches the CPU chain", "[gpu][fused][dense_blo
           auto dx = poisoned(g, v);
           auto dgamma = poisoned(g, c);
           auto dbeta = poisoned(g, c);
-          cpu().dense_block_backward(n, c, x.c(), m.c(), is.c(), gc, bc, dc, dy.c(),
-                                     want_dx ? dx.c() : nullptr, want_sums ? dgamma.c() : nullptr,
-                                     want_sums ? dbeta.c() : nullptr, scratch.data());
+          cpu().fused().dense_block_backward(
+              n, c, x.c(), m.c(), is.c(), gc, bc, dc, dy.c(), want_dx ? dx.c() : nullptr,
+              want_sums ? dgamma.c() : nullptr, want_sums ? dbeta.c() : nullptr, scratch.data());
           const mnist::LaunchCounts bc_counts = counted(g, [&] {
-            g.dense_block_backward(n, c, x.g(), m.g(), is.g(), gg, bg, dg, dy.g(),
-                                   want_dx ? dx.g() : nullptr, want_sums ? dgamma.g() : nullptr,
-                                   want_sums ? dbeta.g() : nullptr, nullptr);
+            g.fused().dense_block_backward(
+                n, c, x.g(), m.g(), is.g(), gg, bg, dg, dy.g(), want_dx ? dx.g() : nullptr,
+                want_sums ? dgamma.g() : nullptr, want_sums ? dbeta.g() : nullptr, nullptr);
           });
           CHECK(bc_counts.kernels == 1);
           CHECK(bc_counts.copies == 0);
@@ -236,8 +238,8 @@ TEST_CASE("the fused dense block matches the CPU chain", "[gpu][fused][dense_blo
               auto dx2 = poisoned(g, v);
               auto dgamma2 = poisoned(g, c);
               auto dbeta2 = poisoned(g, c);
-              g.dense_block_backward(n, c, x.g(), m.g(), is.g(), gg, bg, dg, dy.g(), dx2.g(),
-                                     dgamma2.g(), dbeta2.g(), nullptr);
+              g.fused().dense_block_backward(n, c, x.g(), m.g(), is.g(), gg, bg, dg, dy.g(),
+                                             dx2.g(), dgamma2.g(), dbeta2.g(), nullptr);
               CHECK(same_bits(gpu_dx, download(g, dx2.gpu)));
               CHECK(same_bits(download(g, dgamma.gpu), download(g, dgamma2.gpu)));
               CHECK(same_bits(download(g, dbeta.gpu), download(g, dbeta2.gpu)));
@@ -266,11 +268,11 @@ TEST_CASE("a one-sample batch through the fused dense block does what the chain 
   auto dy = upload(g, std::vector<float>{0.5f, -1.0f, 2.0f, 0.125f, -0.75f});
   auto y = poisoned(g, c), mean = poisoned(g, c), invstd = poisoned(g, c);
   auto scratch = cpu_scratch(n, c);
-  cpu().dense_block_forward(n, c, x.c(), kEpsilon, kDecay, nullptr, beta.c(), nullptr, y.c(),
-                            mean.c(), invstd.c(), running_mean.c(), running_var.c(),
-                            scratch.data());
-  g.dense_block_forward(n, c, x.g(), kEpsilon, kDecay, nullptr, beta.g(), nullptr, y.g(), mean.g(),
-                        invstd.g(), running_mean.g(), running_var.g(), nullptr);
+  cpu().fused().dense_block_forward(n, c, x.c(), kEpsilon, kDecay, nullptr, beta.c(), nullptr,
+                                    y.c(), mean.c(), invstd.c(), running_mean.c(), running_var.c(),
+                                    scratch.data());
+  g.fused().dense_block_forward(n, c, x.g(), kEpsilon, kDecay, nullptr, beta.g(), nullptr, y.g(),
+                                mean.g(), invstd.g(), running_mean.g(), running_var.g(), nullptr);
   for (const auto* out : {&y, &mean, &invstd, &running_mean, &running_var})
     check_same_bits(g, *out, "n = 1 forward");
   const std::vector<float> yc = download(cpu(), y.cpu), bv = download(cpu(), beta.cpu);
@@ -282,11 +284,11 @@ TEST_CASE("a one-sample batch through the fused dense block does what the chain 
     CHECK(std::abs(is[f] * std::sqrt(kEpsilon) - 1.0f) <= 1e-4f);
   }
   auto dx = poisoned(g, c), dgamma = poisoned(g, c), dbeta = poisoned(g, c);
-  cpu().dense_block_backward(n, c, x.c(), mean.c(), invstd.c(), nullptr, beta.c(), nullptr, dy.c(),
-                             dx.c(), dgamma.c(), dbeta.c(), scratch.data());
+  cpu().fused().dense_block_backward(n, c, x.c(), mean.c(), invstd.c(), nullptr, beta.c(), nullptr,
+                                     dy.c(), dx.c(), dgamma.c(), dbeta.c(), scratch.data());
   auto mg = upload(g, download(cpu(), mean.cpu)), ig = upload(g, download(cpu(), invstd.cpu));
-  g.dense_block_backward(n, c, x.g(), mg.g(), ig.g(), nullptr, beta.g(), nullptr, dy.g(), dx.g(),
-                         dgamma.g(), dbeta.g(), nullptr);
+  g.fused().dense_block_backward(n, c, x.g(), mg.g(), ig.g(), nullptr, beta.g(), nullptr, dy.g(),
+                                 dx.g(), dgamma.g(), dbeta.g(), nullptr);
   for (const auto* out : {&dx, &dgamma, &dbeta}) check_same_bits(g, *out, "n = 1 backward");
   const std::vector<float> dxc = download(cpu(), dx.cpu), dgc = download(cpu(), dgamma.cpu);
   const std::vector<float> dbc = download(cpu(), dbeta.cpu), dyv = download(cpu(), dy.cpu);
@@ -318,17 +320,19 @@ TEST_CASE("the fused dense block carries NaN and infinities where the CPU chain 
   Dropout drop(g, 0.5f, false, 0);
   auto y = poisoned(g, n * c), mean = poisoned(g, c), invstd = poisoned(g, c);
   auto scratch = cpu_scratch(n, c);
-  cpu().dense_block_forward(n, c, x.c(), kEpsilon, kDecay, nullptr, beta.c(), &drop.cpu_args, y.c(),
-                            mean.c(), invstd.c(), running_mean.c(), running_var.c(),
-                            scratch.data());
-  g.dense_block_forward(n, c, x.g(), kEpsilon, kDecay, nullptr, beta.g(), &drop.gpu_args, y.g(),
-                        mean.g(), invstd.g(), running_mean.g(), running_var.g(), nullptr);
+  cpu().fused().dense_block_forward(n, c, x.c(), kEpsilon, kDecay, nullptr, beta.c(),
+                                    &drop.cpu_args, y.c(), mean.c(), invstd.c(), running_mean.c(),
+                                    running_var.c(), scratch.data());
+  g.fused().dense_block_forward(n, c, x.g(), kEpsilon, kDecay, nullptr, beta.g(), &drop.gpu_args,
+                                y.g(), mean.g(), invstd.g(), running_mean.g(), running_var.g(),
+                                nullptr);
   auto dx = poisoned(g, n * c), dgamma = poisoned(g, c), dbeta = poisoned(g, c);
   auto mg = upload(g, download(cpu(), mean.cpu)), ig = upload(g, download(cpu(), invstd.cpu));
-  cpu().dense_block_backward(n, c, x.c(), mean.c(), invstd.c(), nullptr, beta.c(), &drop.cpu_args,
-                             dy.c(), dx.c(), dgamma.c(), dbeta.c(), scratch.data());
-  g.dense_block_backward(n, c, x.g(), mg.g(), ig.g(), nullptr, beta.g(), &drop.gpu_args, dy.g(),
-                         dx.g(), dgamma.g(), dbeta.g(), nullptr);
+  cpu().fused().dense_block_backward(n, c, x.c(), mean.c(), invstd.c(), nullptr, beta.c(),
+                                     &drop.cpu_args, dy.c(), dx.c(), dgamma.c(), dbeta.c(),
+                                     scratch.data());
+  g.fused().dense_block_backward(n, c, x.g(), mg.g(), ig.g(), nullptr, beta.g(), &drop.gpu_args,
+                                 dy.g(), dx.g(), dgamma.g(), dbeta.g(), nullptr);
   struct Out {
     const Twin<float>* twin;
     const char* what;
@@ -358,9 +362,9 @@ TEST_CASE("only the fused engine fuses the dense block, the others run the chain
           "[gpu][fused][dense_block]") {
   Backend& fused = gpu("fused");
   Backend& native = gpu("native");
-  CHECK(fused.fuses_dense_block());
-  CHECK_FALSE(native.fuses_dense_block());
-  CHECK_FALSE(cpu().fuses_dense_block());
+  CHECK(fused.fused().supports(mnist::FusedShape::dense_block(1, 1)));
+  CHECK_FALSE(native.fused().supports(mnist::FusedShape::dense_block(1, 1)));
+  CHECK_FALSE(cpu().fused().supports(mnist::FusedShape::dense_block(1, 1)));
   // On native the call is the chain of separate kernels, with the CPU chain's results.
   const int n = 33, c = 7;
   const std::size_t v = static_cast<std::size_t>(n) * c;
@@ -370,13 +374,16 @@ TEST_CASE("only the fused engine fuses the dense block, the others run the chain
   auto rv = upload(native, std::vector<float>(c, 1.0f));
   auto y = poisoned(native, v), mean = poisoned(native, c), invstd = poisoned(native, c);
   auto scratch = cpu_scratch(n, c);
-  mnist::DeviceBuffer<float> native_scratch(native, Backend::dense_block_scratch_floats(n, c));
+  mnist::DeviceBuffer<float> native_scratch(
+      native, cpu().fused().workspace_floats(mnist::FusedShape::dense_block(n, c)));
   Dropout drop(native, 0.5f, false, 0);
-  cpu().dense_block_forward(n, c, x.c(), kEpsilon, kDecay, nullptr, beta.c(), &drop.cpu_args, y.c(),
-                            mean.c(), invstd.c(), rm.c(), rv.c(), scratch.data());
+  cpu().fused().dense_block_forward(n, c, x.c(), kEpsilon, kDecay, nullptr, beta.c(),
+                                    &drop.cpu_args, y.c(), mean.c(), invstd.c(), rm.c(), rv.c(),
+                                    scratch.data());
   const mnist::LaunchCounts counts = counted(native, [&] {
-    native.dense_block_forward(n, c, x.g(), kEpsilon, kDecay, nullptr, beta.g(), &drop.gpu_args,
-                               y.g(), mean.g(), invstd.g(), rm.g(), rv.g(), native_scratch.data());
+    native.fused().dense_block_forward(n, c, x.g(), kEpsilon, kDecay, nullptr, beta.g(),
+                                       &drop.gpu_args, y.g(), mean.g(), invstd.g(), rm.g(), rv.g(),
+                                       native_scratch.data());
   });
   CHECK(counts.kernels > 1);
   // The native kernels are the GPU reference, not the CPU's bit-for-bit twins: the batch-norm
@@ -386,15 +393,15 @@ TEST_CASE("only the fused engine fuses the dense block, the others run the chain
 
   // Arguments outside the contract are refused, naming the value.
   mnist::DeviceBuffer<float> fx(fused, v), fy(fused, v), fc(fused, c);
-  CHECK_THROWS_WITH(
-      fused.dense_block_forward(0, c, fx.data(), kEpsilon, kDecay, nullptr, nullptr, nullptr,
-                                fy.data(), fc.data(), fc.data(), fc.data(), fc.data(), nullptr),
-      Catch::Contains("n >= 1") && Catch::Contains("got n 0"));
+  CHECK_THROWS_WITH(fused.fused().dense_block_forward(0, c, fx.data(), kEpsilon, kDecay, nullptr,
+                                                      nullptr, nullptr, fy.data(), fc.data(),
+                                                      fc.data(), fc.data(), fc.data(), nullptr),
+                    Catch::Contains("n >= 1") && Catch::Contains("got n 0"));
   DropoutArgs bad;
   bad.rate = 1.0f;
   CHECK_THROWS_WITH(
-      fused.dense_block_backward(n, c, fx.data(), fc.data(), fc.data(), nullptr, nullptr, &bad,
-                                 fy.data(), fx.data(), nullptr, nullptr, nullptr),
+      fused.fused().dense_block_backward(n, c, fx.data(), fc.data(), fc.data(), nullptr, nullptr,
+                                         &bad, fy.data(), fx.data(), nullptr, nullptr, nullptr),
       Catch::Contains("dropout rate 1 is outside [0, 1)"));
 }
 

@@ -1,4 +1,4 @@
-// The fused dense tail on the engine "fused" (Backend::fuses_dense_tail: a dense layer, the dense
+// The fused dense tail on the engine "fused" (FusedKind::dense_tail: a dense layer, the dense
 // block after it and the head as three calls, lib/backend/cuda/dense.cu and dense_head.cu) against
 // the CPU chains they stand for (backend.cpp), op by op on awkward sizes with poisoned outputs.
 //
@@ -62,7 +62,8 @@ void check_same_bits(const std::vector<float>& want, const std::vector<float>& g
 
 mnist::DeviceBuffer<float> workspace(Backend& be, int n, int in, int c, int k) {
   return mnist::DeviceBuffer<float>(
-      be, std::max<std::size_t>(1, be.dense_tail_workspace_floats(n, in, c, k)));
+      be, std::max<std::size_t>(
+              1, be.fused().workspace_floats(mnist::FusedShape::dense_tail(n, in, c, k))));
 }
 
 std::vector<float> cpu_only(const std::vector<float>& host,
@@ -102,13 +103,13 @@ TEST_CASE("dense_forward_batch_norm: the dense layer's tiles take and finalize t
         auto ws_gpu = workspace(g, n, s.in, s.out, 10);
         const float* bc = with_bias ? b.c() : nullptr;
         const float* bg = with_bias ? b.g() : nullptr;
-        cpu().dense_forward_batch_norm(
+        cpu().fused().dense_forward_batch_norm(
             n, s.in, s.out, x.c(), w.c(), bc, y.c(),
             BatchNormFinalize{static_cast<double>(n), kEpsilon, kDecay, mean.c(), invstd.c(),
                               running_mean.c(), running_var.c()},
             ws_cpu.data());
         const mnist::LaunchCounts counts = counted(g, [&] {
-          g.dense_forward_batch_norm(
+          g.fused().dense_forward_batch_norm(
               n, s.in, s.out, x.g(), w.g(), bg, y.g(),
               BatchNormFinalize{static_cast<double>(n), kEpsilon, kDecay, mean.g(), invstd.g(),
                                 running_mean.g(), running_var.g()},
@@ -130,7 +131,7 @@ TEST_CASE("dense_forward_batch_norm: the dense layer's tiles take and finalize t
           auto y_again = poisoned(g, v);
           auto m_again = poisoned(g, s.out), is_again = poisoned(g, s.out);
           auto rm_again = upload(g, rm0), rv_again = upload(g, rv0);
-          g.dense_forward_batch_norm(
+          g.fused().dense_forward_batch_norm(
               n, s.in, s.out, x.g(), w.g(), bg, y_again.g(),
               BatchNormFinalize{static_cast<double>(n), kEpsilon, kDecay, m_again.g(), is_again.g(),
                                 rm_again.g(), rv_again.g()},
@@ -179,7 +180,7 @@ TEST_CASE(
     int c, k;
   };
   for (const Shape s : {Shape{100, 10}, Shape{1, 1}, Shape{7, 3}, Shape{128, 16}}) {
-    REQUIRE(g.fuses_dense_tail(s.c, s.k));
+    REQUIRE(g.fused().supports(mnist::FusedShape::dense_tail(1, 1, s.c, s.k)));
     for (int n : {1, 7, 33, 257}) {
       // 0: no dropout, beta only (the seed's batch norm); 1: dropout by value, gamma and beta;
       // 2: dropout from the step scalars (a captured step), neither.
@@ -234,13 +235,13 @@ TEST_CASE(
         auto ws_cpu = workspace(cpu(), n, 1, s.c, s.k);
         auto ws_gpu = workspace(g, n, 1, s.c, s.k);
         const float grad_scale = 1.0f / 64;
-        cpu().dense_block_softmax_cross_entropy(n, s.c, s.k, bc, w.c(), bias.c(), labels.c(),
-                                                grad_scale, dbn.c(), sum_dy.c(), sum_dy_xhat.c(),
-                                                dw.c(), db.c(), metrics.c(), ws_cpu.data());
+        cpu().fused().dense_block_softmax_cross_entropy(
+            n, s.c, s.k, bc, w.c(), bias.c(), labels.c(), grad_scale, dbn.c(), sum_dy.c(),
+            sum_dy_xhat.c(), dw.c(), db.c(), metrics.c(), ws_cpu.data());
         const mnist::LaunchCounts counts = counted(g, [&] {
-          g.dense_block_softmax_cross_entropy(n, s.c, s.k, bg, w.g(), bias.g(), labels.g(),
-                                              grad_scale, dbn.g(), sum_dy.g(), sum_dy_xhat.g(),
-                                              dw.g(), db.g(), metrics.g(), ws_gpu.data());
+          g.fused().dense_block_softmax_cross_entropy(
+              n, s.c, s.k, bg, w.g(), bias.g(), labels.g(), grad_scale, dbn.g(), sum_dy.g(),
+              sum_dy_xhat.g(), dw.g(), db.g(), metrics.g(), ws_gpu.data());
         });
         CHECK(counts.kernels == 1);
         CHECK(counts.copies == 0);
@@ -265,11 +266,11 @@ TEST_CASE(
         auto db_plain = poisoned(g, s.k);
         auto metrics_plain = upload(g, std::vector<float>{1.0f, 2.0f, 3.0f});
         mnist::DeviceBuffer<float> ws_plain(
-            g,
-            std::max<std::size_t>(1, g.dense_softmax_cross_entropy_workspace_floats(n, s.c, s.k)));
-        g.dense_softmax_cross_entropy(n, s.c, s.k, a_gpu.g(), w.g(), bias.g(), labels.g(),
-                                      grad_scale, da.g(), dw_plain.g(), db_plain.g(),
-                                      metrics_plain.g(), ws_plain.data());
+            g, std::max<std::size_t>(
+                   1, g.fused().workspace_floats(mnist::FusedShape::dense_head(n, s.c, s.k))));
+        g.fused().dense_softmax_cross_entropy(n, s.c, s.k, a_gpu.g(), w.g(), bias.g(), labels.g(),
+                                              grad_scale, da.g(), dw_plain.g(), db_plain.g(),
+                                              metrics_plain.g(), ws_plain.data());
         check_same_bits(download(g, dw_plain.gpu), download(g, dw.gpu), "dweight");
         check_same_bits(download(g, db_plain.gpu), download(g, db.gpu), "dbias");
         check_same_bits(download(g, metrics_plain.gpu), download(g, metrics.gpu), "metrics");
@@ -321,9 +322,9 @@ TEST_CASE(
         // Bit-repeatable: the same call again.
         auto dw2 = poisoned(g, static_cast<std::size_t>(s.k) * s.c);
         auto sum2 = poisoned(g, s.c), sumx2 = poisoned(g, s.c);
-        g.dense_block_softmax_cross_entropy(n, s.c, s.k, bg, w.g(), bias.g(), labels.g(),
-                                            grad_scale, dbn.g(), sum2.g(), sumx2.g(), dw2.g(),
-                                            db.g(), metrics.g(), ws_gpu.data());
+        g.fused().dense_block_softmax_cross_entropy(n, s.c, s.k, bg, w.g(), bias.g(), labels.g(),
+                                                    grad_scale, dbn.g(), sum2.g(), sumx2.g(),
+                                                    dw2.g(), db.g(), metrics.g(), ws_gpu.data());
         check_same_bits(download(g, dw.gpu), download(g, dw2.gpu), "dweight, again");
         check_same_bits(got1, download(g, sum2.gpu), "sum_dy, again");
         check_same_bits(got2, download(g, sumx2.gpu), "sum_dy_xhat, again");
@@ -376,11 +377,11 @@ TEST_CASE(
           auto dx = poisoned(g, static_cast<std::size_t>(n) * s.in);
           auto ws_cpu = workspace(cpu(), n, s.in, s.out, 10);
           auto ws_gpu = workspace(g, n, s.in, s.out, 10);
-          cpu().dense_backward_batch_norm(n, s.in, s.out, x.c(), bc, w.c(), dw.c(), nullptr,
-                                          with_dx ? dx.c() : nullptr, ws_cpu.data());
+          cpu().fused().dense_backward_batch_norm(n, s.in, s.out, x.c(), bc, w.c(), dw.c(), nullptr,
+                                                  with_dx ? dx.c() : nullptr, ws_cpu.data());
           const mnist::LaunchCounts counts = counted(g, [&] {
-            g.dense_backward_batch_norm(n, s.in, s.out, x.g(), bg, w.g(), dw.g(), nullptr,
-                                        with_dx ? dx.g() : nullptr, ws_gpu.data());
+            g.fused().dense_backward_batch_norm(n, s.in, s.out, x.g(), bg, w.g(), dw.g(), nullptr,
+                                                with_dx ? dx.g() : nullptr, ws_gpu.data());
           });
           CHECK(counts.kernels == 1);
           CHECK(counts.copies == 0);
@@ -403,8 +404,8 @@ TEST_CASE(
             check_same_bits(download(g, dw_plain.gpu), download(g, dw.gpu), "dweight");
           } else {
             auto dw_again = poisoned(g, static_cast<std::size_t>(s.out) * s.in);
-            g.dense_backward_batch_norm(n, s.in, s.out, x.g(), bg, w.g(), dw_again.g(), nullptr,
-                                        with_dx ? dx.g() : nullptr, ws_gpu.data());
+            g.fused().dense_backward_batch_norm(n, s.in, s.out, x.g(), bg, w.g(), dw_again.g(),
+                                                nullptr, with_dx ? dx.g() : nullptr, ws_gpu.data());
             check_same_bits(download(g, dw.gpu), download(g, dw_again.gpu), "dweight, run twice");
           }
           const std::vector<float> got_dx = download(g, dx.gpu);
@@ -424,10 +425,12 @@ TEST_CASE(
 
 TEST_CASE("the dense tail is the fused engine's, for the sizes its kernels take",
           "[gpu][fused][dense_tail]") {
-  CHECK(gpu("fused").fuses_dense_tail(100, 10));
-  CHECK(gpu("fused").fuses_dense_tail(128, 16));
-  CHECK_FALSE(gpu("fused").fuses_dense_tail(129, 10));  // the head takes 128 inputs at most
-  CHECK_FALSE(gpu("fused").fuses_dense_tail(100, 17));  // and 16 classes
-  CHECK_FALSE(gpu("native").fuses_dense_tail(100, 10));
-  CHECK_FALSE(cpu().fuses_dense_tail(100, 10));
+  // A dense tail of c features and k classes, at batch 1 after a 256-wide layer.
+  const auto tail = [](int c, int k) { return mnist::FusedShape::dense_tail(1, 256, c, k); };
+  CHECK(gpu("fused").fused().supports(tail(100, 10)));
+  CHECK(gpu("fused").fused().supports(tail(128, 16)));
+  CHECK_FALSE(gpu("fused").fused().supports(tail(129, 10)));  // the head takes 128 inputs at most
+  CHECK_FALSE(gpu("fused").fused().supports(tail(100, 17)));  // and 16 classes
+  CHECK_FALSE(gpu("native").fused().supports(tail(100, 10)));
+  CHECK_FALSE(cpu().fused().supports(tail(100, 10)));
 }

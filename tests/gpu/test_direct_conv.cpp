@@ -136,7 +136,8 @@ TEST_CASE("direct convolution kernels match the CPU on awkward sizes",
         auto sum = poisoned(g, dc.k);
         auto sumsq = poisoned(g, dc.k);
         cpu().conv2d_forward(geo, x.c(), w.c(), b.c(), y.c(), ws_cpu.data());
-        g.conv2d_forward_stats(geo, x.g(), w.g(), b.g(), y.g(), sum.g(), sumsq.g(), ws_gpu.data());
+        g.fused().conv2d_forward_stats(geo, x.g(), w.g(), b.g(), y.g(), sum.g(), sumsq.g(), nullptr,
+                                       ws_gpu.data());
         expect_close(g, y, sum_atol(patch + 1), 1e-5, "direct forward_stats y");
         auto y_gpu = upload(g, download(g, y.gpu));
         cpu().batch_norm_stats(mnist::ChannelGeom{n, dc.k, geo.out_h * geo.out_w}, y_gpu.c(),
@@ -228,9 +229,10 @@ TEST_CASE("geometries outside the direct kernels run the implicit GEMM",
   auto y = poisoned(g, y_size);
   auto sum = poisoned(g, strided.k);
   auto sumsq = poisoned(g, strided.k);
-  cpu().conv2d_forward_stats(strided, x.c(), w.c(), nullptr, y.c(), sum.c(), sumsq.c(),
-                             ws_cpu.data());
-  g.conv2d_forward_stats(strided, x.g(), w.g(), nullptr, y.g(), sum.g(), sumsq.g(), ws_gpu.data());
+  cpu().fused().conv2d_forward_stats(strided, x.c(), w.c(), nullptr, y.c(), sum.c(), sumsq.c(),
+                                     nullptr, ws_cpu.data());
+  g.fused().conv2d_forward_stats(strided, x.g(), w.g(), nullptr, y.g(), sum.g(), sumsq.g(), nullptr,
+                                 ws_gpu.data());
   const double positions = static_cast<double>(n) * 14 * 14;
   expect_close(g, y, sum_atol(25 + 1), 1e-5, "implicit GEMM forward_stats y");
   // Both sides' sums start from their own outputs: atol also covers the outputs' differences.
@@ -290,8 +292,8 @@ TEST_CASE("conv2d_forward_batch_norm: the convolution's last block finalizes the
       };
       Outputs chain = outputs();
       const mnist::LaunchCounts stats_counts = counted([&] {
-        g.conv2d_forward_stats(geo, x.g(), w.g(), b.g(), chain.y.g(), chain.sums.g(),
-                               chain.sums.g() + k, ws.data());
+        g.fused().conv2d_forward_stats(geo, x.g(), w.g(), b.g(), chain.y.g(), chain.sums.g(),
+                                       chain.sums.g() + k, nullptr, ws.data());
       });
       CHECK(stats_counts.kernels == 1);  // the sums, too, in the convolution's launch
       g.batch_norm_finalize(k, count, chain.sums.g(), chain.sums.g() + k, epsilon, decay,
@@ -301,8 +303,9 @@ TEST_CASE("conv2d_forward_batch_norm: the convolution's last block finalizes the
         INFO("run " << run);
         Outputs fused = outputs();
         const mnist::LaunchCounts c = counted([&] {
-          g.conv2d_forward_batch_norm(geo, x.g(), w.g(), b.g(), fused.y.g(), fused.sums.g(),
-                                      fused.sums.g() + k, finalize_of(fused), ws.data());
+          const mnist::BatchNormFinalize finalize = finalize_of(fused);
+          g.fused().conv2d_forward_stats(geo, x.g(), w.g(), b.g(), fused.y.g(), fused.sums.g(),
+                                         fused.sums.g() + k, &finalize, ws.data());
         });
         CHECK(c.kernels == 1);
         CHECK(c.copies == 0);

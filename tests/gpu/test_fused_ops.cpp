@@ -31,7 +31,7 @@ struct HeadCase {
 }  // namespace
 
 TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fused][dense_head]") {
-  Backend& g = gpu("native");
+  Backend& g = gpu("fused");
   const std::vector<HeadCase> cases{
       {100, 10, kSizes},           // the seed network's head
       {37, 3, {1, 7, 33, 257}},    // odd sizes: lanes without inputs
@@ -49,10 +49,11 @@ TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fus
       auto b = upload(g, random_floats(k, 902 + n, -0.5f, 0.5f));
       auto labels = upload(g, random_ints(n, 903 + n, 0, k - 1));
       mnist::DeviceBuffer<float> ws_cpu(
-          cpu(),
-          std::max<std::size_t>(1, cpu().dense_softmax_cross_entropy_workspace_floats(n, in, k)));
+          cpu(), std::max<std::size_t>(
+                     1, cpu().fused().workspace_floats(mnist::FusedShape::dense_head(n, in, k))));
       mnist::DeviceBuffer<float> ws_gpu(
-          g, std::max<std::size_t>(1, g.dense_softmax_cross_entropy_workspace_floats(n, in, k)));
+          g, std::max<std::size_t>(
+                 1, g.fused().workspace_floats(mnist::FusedShape::dense_head(n, in, k))));
       const double atol_sum = 2e-6 * n + 1e-5;
 
       for (bool with_bias : {true, false}) {
@@ -62,13 +63,14 @@ TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fus
           auto dx = poisoned(g, static_cast<std::size_t>(n) * in);
           auto dw = poisoned(g, static_cast<std::size_t>(k) * in);
           auto db = poisoned(g, k);
-          cpu().dense_softmax_cross_entropy(n, in, k, x.c(), w.c(), with_bias ? b.c() : nullptr,
-                                            labels.c(), 1.0f, with_dx ? dx.c() : nullptr, dw.c(),
-                                            with_bias ? db.c() : nullptr, metrics.c(),
-                                            ws_cpu.data());
-          g.dense_softmax_cross_entropy(n, in, k, x.g(), w.g(), with_bias ? b.g() : nullptr,
-                                        labels.g(), 1.0f, with_dx ? dx.g() : nullptr, dw.g(),
-                                        with_bias ? db.g() : nullptr, metrics.g(), ws_gpu.data());
+          cpu().fused().dense_softmax_cross_entropy(
+              n, in, k, x.c(), w.c(), with_bias ? b.c() : nullptr, labels.c(), 1.0f,
+              with_dx ? dx.c() : nullptr, dw.c(), with_bias ? db.c() : nullptr, metrics.c(),
+              ws_cpu.data());
+          g.fused().dense_softmax_cross_entropy(n, in, k, x.g(), w.g(), with_bias ? b.g() : nullptr,
+                                                labels.g(), 1.0f, with_dx ? dx.g() : nullptr,
+                                                dw.g(), with_bias ? db.g() : nullptr, metrics.g(),
+                                                ws_gpu.data());
           expect_close(g, metrics, 1e-5 * n, 1e-5, "metrics");
           CHECK(download(g, metrics.gpu)[mnist::kSamples] == 3.0f + n);
           expect_close(g, dw, atol_sum, 1e-4, "dweight");
@@ -92,8 +94,9 @@ TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fus
       auto db2 = poisoned(g, k);
       for (auto* out : {&dw1, &dw2}) {
         auto* bias_out = out == &dw1 ? &db1 : &db2;
-        g.dense_softmax_cross_entropy(n, in, k, x.g(), w.g(), b.g(), labels.g(), 1.0f / 1024,
-                                      nullptr, out->g(), bias_out->g(), metrics.g(), ws_gpu.data());
+        g.fused().dense_softmax_cross_entropy(n, in, k, x.g(), w.g(), b.g(), labels.g(),
+                                              1.0f / 1024, nullptr, out->g(), bias_out->g(),
+                                              metrics.g(), ws_gpu.data());
       }
       const auto w1 = download(g, dw1.gpu), w2 = download(g, dw2.gpu);
       const auto b1 = download(g, db1.gpu), b2 = download(g, db2.gpu);

@@ -1,4 +1,4 @@
-// The batch gathered inside the network's first convolution (Backend::fuses_gather,
+// The batch gathered inside the network's first convolution (FusedKind::gathered_convolution,
 // conv2d_forward_batch_norm_gathered; lib/backend/cuda/direct_conv.cu, GatherSource) against the
 // two calls it stands for: gather_batch, then conv2d_forward_batch_norm.
 //
@@ -75,7 +75,7 @@ TEST_CASE("the first convolution gathers the batch where it stages it: one launc
       if (gc.h * gc.w > 1000 && n > 33) continue;  // the large image: keep the emulated run short
       INFO(gc.label << ", n " << n);
       const Conv2dGeom geo = same_geom(gc, n);
-      REQUIRE(g.fuses_gather(geo));
+      REQUIRE(g.fused().supports(mnist::FusedShape::gathered_convolution(geo)));
       REQUIRE(g.conv2d_algorithms(geo).forward == "direct");
       const int k = gc.k;
       const std::size_t x_size = static_cast<std::size_t>(n) * pixels;
@@ -134,16 +134,17 @@ TEST_CASE("the first convolution gathers the batch where it stages it: one launc
       Outputs chain = outputs();
       g.gather_batch(px.g(), lb.g(), pixels, ring.g(), ring_steps, step_gpu.data(), n, chain.x.g(),
                      chain.labels.g());
-      g.conv2d_forward_batch_norm(geo, chain.x.g(), w.g(), nullptr, chain.y.g(), chain.sums.g(),
-                                  chain.sums.g() + k, finalize_of(chain, true), ws.data());
+      const mnist::BatchNormFinalize finalize = finalize_of(chain, true);
+      g.fused().conv2d_forward_stats(geo, chain.x.g(), w.g(), nullptr, chain.y.g(), chain.sums.g(),
+                                     chain.sums.g() + k, &finalize, ws.data());
       // The fused call, twice (its last-block counter must be back at zero after a launch).
       for (int run = 0; run < 2; ++run) {
         INFO("run " << run);
         Outputs fused = outputs();
         const mnist::LaunchCounts before = g.counts();
-        g.conv2d_forward_batch_norm_gathered(geo, gather_of(fused, true), w.g(), nullptr,
-                                             fused.y.g(), fused.sums.g(), fused.sums.g() + k,
-                                             finalize_of(fused, true), ws.data());
+        g.fused().conv2d_forward_batch_norm_gathered(
+            geo, gather_of(fused, true), w.g(), nullptr, fused.y.g(), fused.sums.g(),
+            fused.sums.g() + k, finalize_of(fused, true), ws.data());
         const mnist::LaunchCounts c = g.counts() - before;
         CHECK(c.kernels == 1);
         CHECK(c.copies == 0);
@@ -164,9 +165,9 @@ TEST_CASE("the first convolution gathers the batch where it stages it: one launc
         }
         if (run == 1) continue;
         // The CPU backend's twin (the default: its own two calls) of the same slot.
-        cpu().conv2d_forward_batch_norm_gathered(geo, gather_of(fused, false), w.c(), nullptr,
-                                                 fused.y.c(), fused.sums.c(), fused.sums.c() + k,
-                                                 finalize_of(fused, false), ws_cpu.data());
+        cpu().fused().conv2d_forward_batch_norm_gathered(
+            geo, gather_of(fused, false), w.c(), nullptr, fused.y.c(), fused.sums.c(),
+            fused.sums.c() + k, finalize_of(fused, false), ws_cpu.data());
         expect_close(g, fused.x, 0.0, 0.0, "gathered images against the CPU");
         expect_equal(g, fused.labels, "gathered labels against the CPU");
         // test_direct_conv.cpp's forward tolerance for kh*kw products of values in [0, 1] x [-1,
@@ -194,7 +195,7 @@ TEST_CASE("a convolution that cannot gather its batch gets it gathered first, wi
   for (const auto& [what, geo] : refused) {
     INFO(what);
     Backend& g = gpu(what.rfind("native", 0) == 0 ? "native" : "fused");
-    CHECK_FALSE(g.fuses_gather(geo));
+    CHECK_FALSE(g.fused().supports(mnist::FusedShape::gathered_convolution(geo)));
     const auto px = upload(g, bytes_of(random_ints(std::size_t{images} * pixels, 21, 0, 255)));
     const auto lb = upload(g, bytes_of(random_ints(images, 22, 0, 9)));
     const auto indices = upload(g, random_ints(n, 23, 0, images - 1));
@@ -218,12 +219,12 @@ TEST_CASE("a convolution that cannot gather its batch gets it gathered first, wi
         b.ring = indices.g();
         b.x = x.g();
         b.y = labels.g();
-        g.conv2d_forward_batch_norm_gathered(geo, b, w.g(), nullptr, y.g(), stats.g(),
-                                             stats.g() + 6, bn, ws.data());
+        g.fused().conv2d_forward_batch_norm_gathered(geo, b, w.g(), nullptr, y.g(), stats.g(),
+                                                     stats.g() + 6, bn, ws.data());
       } else {
         g.gather_batch(px.g(), lb.g(), pixels, indices.g(), n, x.g(), labels.g());
-        g.conv2d_forward_batch_norm(geo, x.g(), w.g(), nullptr, y.g(), stats.g(), stats.g() + 6, bn,
-                                    ws.data());
+        g.fused().conv2d_forward_stats(geo, x.g(), w.g(), nullptr, y.g(), stats.g(), stats.g() + 6,
+                                       &bn, ws.data());
       }
       return std::tuple{download(g, x.gpu), download(g, labels.gpu), download(g, y.gpu),
                         download(g, stats.gpu), download(g, running.gpu)};
@@ -261,8 +262,8 @@ TEST_CASE("gathering into a convolution checks the image size against the input"
                                       stats.data() + 12, stats.data() + 18, running.data(),
                                       running.data() + 6};
     CHECK_THROWS_WITH(
-        g.conv2d_forward_batch_norm_gathered(geo, b, w.data(), nullptr, y.data(), stats.data(),
-                                             stats.data() + 6, bn, ws.data()),
+        g.fused().conv2d_forward_batch_norm_gathered(geo, b, w.data(), nullptr, y.data(),
+                                                     stats.data(), stats.data() + 6, bn, ws.data()),
         Catch::Contains("729 pixels") && Catch::Contains("28x28"));
   }
 }

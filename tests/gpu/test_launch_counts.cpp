@@ -66,10 +66,10 @@ constexpr uint64_t kSeedEagerStepDeviceCopies = 4;
 // batch-norm gradient is computed where its convolution's backward stages it
 // (conv_block_backward), 15 since the dense layer's batch_norm -> relu -> dropout runs as one
 // kernel each way (dense_block.cu: 2 kernels for 6 forward and 5 backward), 13 since that block's
-// work runs inside its neighbours' kernels (the dense tail, Backend::fuses_dense_tail: dense1's
+// work runs inside its neighbours' kernels (the dense tail, FusedKind::dense_tail: dense1's
 // forward finalizes its statistics, the head applies it and reduces its gradient, dense1's
 // backward applies that), 12 since the step's gather runs inside conv1's forward (the tiles that
-// stage the images also write them and the labels, Backend::fuses_gather).
+// stage the images also write them and the labels, FusedKind::gathered_convolution).
 constexpr uint64_t kSeedFusedGraphStepKernels = 12;
 static_assert(kSeedFusedGraphStepKernels <= 12, "issue 16's target: at most 12 kernels per step");
 

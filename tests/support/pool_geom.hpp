@@ -1,6 +1,7 @@
 #pragma once
-// The pooling of a fused conv block (Backend::bn_relu_pool_*): 2x2 windows, stride 2, no padding,
-// odd last rows and columns dropped. Shared by the CPU twin's tests and the CUDA kernels' tests.
+// The pooling of a fused conv block (FusedKernels::bn_relu_pool_*): 2x2 windows, stride 2, no
+// padding, odd last rows and columns dropped. Shared by the CPU twin's tests and the CUDA kernels'
+// tests.
 
 #include "backend/kernel_args.hpp"
 

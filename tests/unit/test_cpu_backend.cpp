@@ -118,8 +118,8 @@ TEST_CASE("every CPU engine's convolutions agree with the double oracle on the s
         sumsq[k] += y[i] * y[i];
       }
       std::vector<float> ys2(ys, NAN), sumf(g.k, NAN), sumsqf(g.k, NAN);
-      b->conv2d_forward_stats(g, xf.data(), wf.data(), bf.data(), ys2.data(), sumf.data(),
-                              sumsqf.data(), work.data());
+      b->fused().conv2d_forward_stats(g, xf.data(), wf.data(), bf.data(), ys2.data(), sumf.data(),
+                                      sumsqf.data(), nullptr, work.data());
       CHECK(ys2 == yf);
       check_close(sumf, sum, 1e-4, 1e-5, "sum");
       check_close(sumsqf, sumsq, 1e-4, 1e-5, "sumsq");

@@ -44,13 +44,69 @@ uint32_t step_of(uint32_t step, const StepScalars* step_scalars) {
   return step_scalars ? static_cast<uint32_t>(step_scalars->step) : step;
 }
 
+// The CPU's fused kernels: the native engine's conv block (cpu/native/conv_block.cpp, the oracle
+// the CUDA conv block matches bit for bit); every other block runs the reference chains, which
+// are the CPU's twins of the CUDA fused kernels.
+class CpuFusedKernels final : public FusedKernels {
+ public:
+  // direct: the backend's direct convolutions (set by the time a call is made).
+  CpuFusedKernels(Backend& backend, int threads, bool native,
+                  const cpu::native::DirectConvKernels<float>& direct)
+      : FusedKernels(backend), threads_(threads), native_(native), direct_(direct) {}
+
+  // The direct convolutions take the sums while each output row is in cache.
+  void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
+                            const float* bias, float* y, float* sum, float* sumsq,
+                            const BatchNormFinalize* finalize, float* workspace) override {
+    if (!native_ || !cpu::native::direct_conv_supports(g))
+      return FusedKernels::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, finalize,
+                                                workspace);
+    direct_.forward_stats(g, x, weight, bias, y, sum, sumsq, workspace, threads_);
+    if (finalize) {
+      backend().batch_norm_finalize(g.k, finalize->count, sum, sumsq, finalize->epsilon,
+                                    finalize->decay, finalize->mean, finalize->invstd,
+                                    finalize->running_mean, finalize->running_var);
+    }
+  }
+
+  bool supports(const FusedShape& s) const override {
+    return s.kind == FusedKind::conv_block && native_ &&
+           cpu::native::conv_block_pool_supported(s.pool);
+  }
+  void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
+                            const float* invstd, const float* gamma, const float* beta, float* y,
+                            uint8_t* mask) override {
+    cpu::native::bn_relu_pool_forward(g, x, mean, invstd, gamma, beta, y, mask, threads_);
+  }
+  void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                    const float* x, const float* mean, const float* invstd,
+                                    float* sum_dy, float* sum_dy_xhat) override {
+    cpu::native::bn_relu_pool_backward_reduce(g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat,
+                                              threads_);
+  }
+  void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
+                                   const float* x, const float* mean, const float* invstd,
+                                   const float* gamma, const float* sum_dy,
+                                   const float* sum_dy_xhat, double count, float* dx) override {
+    cpu::native::bn_relu_pool_backward_apply(g, dy, mask, x, mean, invstd, gamma, sum_dy,
+                                             sum_dy_xhat, count, dx, threads_);
+  }
+
+ private:
+  int threads_;
+  bool native_;
+  const cpu::native::DirectConvKernels<float>& direct_;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options)
       : index_(options.worker_index),
         threads_(cpu::resolve_threads(options.threads)),
-        native_(options.engine == Engine::native) {
+        native_(options.engine == Engine::native),
+        fused_(*this, threads_, native_, direct_) {
     if (native_) direct_ = cpu::native::direct_conv_kernels<float>(cpu::native::chosen_isa());
+    use_fused(fused_);
   }
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
@@ -105,13 +161,6 @@ class CpuBackend final : public Backend {
                       float* y, float* workspace) override {
     if (direct(g)) return direct_.forward(g, x, weight, bias, y, workspace, threads_);
     cpu::conv2d_forward(g, x, weight, bias, y, workspace, threads_);
-  }
-  void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
-                            const float* bias, float* y, float* sum, float* sumsq,
-                            float* workspace) override {
-    if (direct(g))
-      return direct_.forward_stats(g, x, weight, bias, y, sum, sumsq, workspace, threads_);
-    Backend::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
   }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
@@ -168,28 +217,6 @@ class CpuBackend final : public Backend {
                                  float* dx) override {
     cpu::batch_norm_backward_apply(g, dy, x, mean, invstd, gamma, sum_dy, sum_dy_xhat, count, dx,
                                    threads_);
-  }
-
-  bool fuses_conv_block(const PoolGeom& g) const override {
-    return native_ && cpu::native::conv_block_pool_supported(g);
-  }
-  void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
-                            const float* invstd, const float* gamma, const float* beta, float* y,
-                            uint8_t* mask) override {
-    cpu::native::bn_relu_pool_forward(g, x, mean, invstd, gamma, beta, y, mask, threads_);
-  }
-  void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
-                                    const float* x, const float* mean, const float* invstd,
-                                    float* sum_dy, float* sum_dy_xhat) override {
-    cpu::native::bn_relu_pool_backward_reduce(g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat,
-                                              threads_);
-  }
-  void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
-                                   const float* x, const float* mean, const float* invstd,
-                                   const float* gamma, const float* sum_dy,
-                                   const float* sum_dy_xhat, double count, float* dx) override {
-    cpu::native::bn_relu_pool_backward_apply(g, dy, mask, x, mean, invstd, gamma, sum_dy,
-                                             sum_dy_xhat, count, dx, threads_);
   }
 
   void dense_forward(int n, int in, int out, const float* x, const float* weight, const float* bias,
@@ -259,6 +286,7 @@ class CpuBackend final : public Backend {
   int threads_;
   bool native_;
   cpu::native::DirectConvKernels<float> direct_{};
+  CpuFusedKernels fused_;
 };
 
 }  // namespace

@@ -23,7 +23,7 @@ std::size_t conv2d_workspace_floats(const Conv2dGeom& g);
 void conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float* x, const float* weight,
                     const float* bias, float* y);
 // conv2d_forward, then sum[k] and sumsq[k] of y over (n, out_h, out_w) (batch_norm_stats), then,
-// when bn is not nullptr, batch_norm_finalize of them (Backend::conv2d_forward_batch_norm). The
+// when bn is not nullptr, batch_norm_finalize of them (FusedKernels::conv2d_forward_stats). The
 // direct kernels do all of it in the convolution's launch (its last block reduces and finalizes,
 // using `counter`, the stream's block counter); the implicit GEMM path runs batch_norm_stats and
 // batch_norm_finalize after it. workspace: at least conv2d_workspace_floats(g) floats.

@@ -1,7 +1,7 @@
 #pragma once
 // The memory-bound half of a conv -> batch norm -> ReLU -> 2x2 max-pool block, fused (see
 // conv_block.cu): the CUDA twin of backend/cpu/native/conv_block.hpp, with its contracts, its mask
-// encoding and its arithmetic. Contracts as Backend::bn_relu_pool_*.
+// encoding and its arithmetic. Contracts as FusedKernels::bn_relu_pool_*.
 //
 // x, dx: the convolution's output and its gradient [n, c, h, w]; y, dy: [n, c, h/2, w/2]; mask:
 // one byte per pooled value, bits 0-1 the winner's position in its 2x2 window (row-major), bit 2

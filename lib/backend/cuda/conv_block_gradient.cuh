@@ -3,7 +3,7 @@
 // max_pool), element by element: what bn_relu_pool_backward_apply (conv_block.cu) writes to dx,
 // written once so that a kernel may also compute an element where it needs it instead of reading
 // it from memory (the convolution's backward stages it this way in direct_conv.cu,
-// Backend::conv_block_backward), with the same bits.
+// FusedKernels::conv_block_backward), with the same bits.
 //
 // The element (sample, ch, y, x) of the convolution's output gets
 //   d = dy at its 2x2 window when it is the window's winner and passed the ReLU, else 0,

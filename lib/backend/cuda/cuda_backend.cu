@@ -2,7 +2,7 @@
 //
 // It owns one device, one non-blocking stream, small scratch buffers made once at construction
 // (reduction partials, block counters), so no call allocates, and its engine's parts
-// (engine_parts.hpp: the convolutions, the dense layers, the fused blocks when the engine fuses),
+// (engine_parts.hpp: the convolutions, the dense layers, its fused kernels),
 // chosen once there: no method asks which engine it runs.
 // Every method first makes its device current: a backend may be built on one thread and driven by
 // a worker thread, and the current device is per thread.
@@ -23,7 +23,6 @@
 #include "backend/cuda/dropout.hpp"
 #include "backend/cuda/elementwise.hpp"
 #include "backend/cuda/engine_parts.hpp"
-#include "backend/cuda/fused_blocks.hpp"
 #include "backend/cuda/gather_batch.hpp"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/max_pool.hpp"
@@ -130,7 +129,8 @@ class CudaBackend final : public Backend {
         cudaMemsetAsync(block_counter_, 0, cuda::kBlockCounters * sizeof(unsigned), stream_));
     MNIST_CUDA_CHECK(cudaStreamSynchronize(stream_));
     parts_ = cuda::make_engine_parts(
-        engine_, cuda::StreamResources{stream_, block_counter_, scratch_}, name_);
+        engine_, *this, cuda::StreamResources{ordinal_, stream_, block_counter_, scratch_});
+    use_fused(*parts_.fused);
   }
 
   void release_all() noexcept {
@@ -249,7 +249,7 @@ class CudaBackend final : public Backend {
     cuda::gather_batch(stream_, images, labels, pixels, ring, ring_steps, step, n, x, y);
   }
 
-  // ---- convolution (the engine's Convolutions; its chains where it does not fuse) ---------------
+  // ---- convolution (the engine's Convolutions; its chains where it does not fuse) -------------
   std::size_t conv2d_workspace_floats(const Conv2dGeom& g) override {
     activate();
     return parts_.convolutions->workspace_floats(g);
@@ -262,36 +262,6 @@ class CudaBackend final : public Backend {
                       float* y, float* workspace) override {
     activate();
     parts_.convolutions->forward(g, x, weight, bias, y, workspace);
-  }
-  void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
-                            const float* bias, float* y, float* sum, float* sumsq,
-                            float* workspace) override {
-    activate();
-    if (!parts_.convolutions->fuses(g))
-      return Backend::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, workspace);
-    parts_.convolutions->forward_stats(g, x, weight, bias, y, sum, sumsq, nullptr, workspace);
-  }
-  void conv2d_forward_batch_norm(const Conv2dGeom& g, const float* x, const float* weight,
-                                 const float* bias, float* y, float* sum, float* sumsq,
-                                 const BatchNormFinalize& bn, float* workspace) override {
-    activate();
-    if (!parts_.convolutions->fuses(g))
-      return Backend::conv2d_forward_batch_norm(g, x, weight, bias, y, sum, sumsq, bn, workspace);
-    parts_.convolutions->forward_stats(g, x, weight, bias, y, sum, sumsq, &bn, workspace);
-  }
-  bool fuses_gather(const Conv2dGeom& g) const override {
-    return parts_.fused && parts_.fused->takes_gathered_convolution(g);
-  }
-  void conv2d_forward_batch_norm_gathered(const Conv2dGeom& g, const BatchGather& batch,
-                                          const float* weight, const float* bias, float* y,
-                                          float* sum, float* sumsq, const BatchNormFinalize& bn,
-                                          float* workspace) override {
-    if (!fuses_gather(g))
-      return Backend::conv2d_forward_batch_norm_gathered(g, batch, weight, bias, y, sum, sumsq, bn,
-                                                         workspace);
-    activate();
-    parts_.fused->conv2d_forward_batch_norm_gathered(g, batch, weight, bias, y, sum, sumsq, bn,
-                                                     workspace);
   }
   void conv2d_backward_data(const Conv2dGeom& g, const float* dy, const float* weight, float* dx,
                             float* workspace) override {
@@ -514,156 +484,6 @@ class CudaBackend final : public Backend {
     cuda::add(stream_, n, x, y);
   }
 
-  // ---- fused ops (the engine's FusedBlocks, for the sizes they take; else the chains) ---------
-  bool fuses_dense_head() const override { return parts_.fused != nullptr; }
-  // The fused head's kernel for every engine that asks (only fused does: fuses_dense_head).
-  std::size_t dense_softmax_cross_entropy_workspace_floats(int n, int in, int k) override {
-    if (cuda::dense_head_supports(n, in, k)) return cuda::dense_head_workspace_floats(n, in, k);
-    return Backend::dense_softmax_cross_entropy_workspace_floats(n, in, k);
-  }
-  void dense_softmax_cross_entropy(int n, int in, int k, const float* x, const float* weight,
-                                   const float* bias, const int32_t* labels, float grad_scale,
-                                   float* dx, float* dweight, float* dbias, float* metrics,
-                                   float* workspace) override {
-    activate();
-    if (!cuda::dense_head_supports(n, in, k)) {
-      return Backend::dense_softmax_cross_entropy(n, in, k, x, weight, bias, labels, grad_scale, dx,
-                                                  dweight, dbias, metrics, workspace);
-    }
-    cuda::dense_softmax_cross_entropy(stream_, n, in, k, x, weight, bias, labels, grad_scale, dx,
-                                      dweight, dbias, metrics, workspace, block_counter_);
-  }
-
-  // ---- fused conv block: batch_norm apply -> relu -> 2x2 max_pool (conv_block.cu) ------------
-  void conv_block_backward(const Conv2dGeom& g, const ConvBlockGradient& block, const float* x,
-                           const float* weight, float* dweight, float* dbias, float* dx,
-                           float* dconv, float* workspace) override {
-    activate();
-    cuda::FusedBlocks& fused = fused_blocks("conv_block_backward");
-    if (conv_block_backward_uses_dconv(g, block.pool, dbias != nullptr)) {
-      MNIST_CHECK(dconv, "{}: conv_block_backward needs its dconv scratch for these sizes", name_);
-      return Backend::conv_block_backward(g, block, x, weight, dweight, dbias, dx, dconv,
-                                          workspace);
-    }
-    fused.conv_block_backward(g, block, x, weight, dweight, dx, workspace);
-  }
-
-  // The direct kernels stage the gradient themselves; a bias (none after a batch norm) or other
-  // geometries take the two calls.
-  bool conv_block_backward_uses_dconv(const Conv2dGeom& g, const PoolGeom& pool,
-                                      bool bias) const override {
-    return bias || !cuda::direct_conv_supports(g) || pool.c > cuda::kBlockGradientChannels;
-  }
-
-  // Engine fused only: the other engines stay the separate kernels they are measured as.
-  bool fuses_conv_block(const PoolGeom& g) const override {
-    return parts_.fused && parts_.fused->takes_conv_block(g);
-  }
-  void bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
-                            const float* invstd, const float* gamma, const float* beta, float* y,
-                            uint8_t* mask) override {
-    activate();
-    fused_blocks("bn_relu_pool_forward")
-        .bn_relu_pool_forward(g, x, mean, invstd, gamma, beta, y, mask);
-  }
-  void bn_relu_pool_backward_reduce(const PoolGeom& g, const float* dy, const uint8_t* mask,
-                                    const float* x, const float* mean, const float* invstd,
-                                    float* sum_dy, float* sum_dy_xhat) override {
-    activate();
-    fused_blocks("bn_relu_pool_backward_reduce")
-        .bn_relu_pool_backward_reduce(g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat);
-  }
-  void bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy, const uint8_t* mask,
-                                   const float* x, const float* mean, const float* invstd,
-                                   const float* gamma, const float* sum_dy,
-                                   const float* sum_dy_xhat, double count, float* dx) override {
-    activate();
-    fused_blocks("bn_relu_pool_backward_apply")
-        .bn_relu_pool_backward_apply(g, dy, mask, x, mean, invstd, gamma, sum_dy, sum_dy_xhat,
-                                     count, dx);
-  }
-
-  // ---- fused dense block: batch_norm -> relu (-> dropout) after a dense layer (dense_block.cu) --
-  // Engine fused only; the others run the base class's chain, the separate kernels they are
-  // measured as.
-  bool fuses_dense_block() const override { return parts_.fused != nullptr; }
-  void dense_block_forward(int n, int c, const float* x, float epsilon, float decay,
-                           const float* gamma, const float* beta, const DropoutArgs* dropout,
-                           float* y, float* mean, float* invstd, float* running_mean,
-                           float* running_var, float* scratch) override {
-    activate();
-    if (!parts_.fused) {
-      return Backend::dense_block_forward(n, c, x, epsilon, decay, gamma, beta, dropout, y, mean,
-                                          invstd, running_mean, running_var, scratch);
-    }
-    parts_.fused->dense_block_forward(n, c, x, epsilon, decay, gamma, beta, dropout, y, mean,
-                                      invstd, running_mean, running_var);
-  }
-  void dense_block_backward(int n, int c, const float* x, const float* mean, const float* invstd,
-                            const float* gamma, const float* beta, const DropoutArgs* dropout,
-                            const float* dy, float* dx, float* dgamma, float* dbeta,
-                            float* scratch) override {
-    activate();
-    if (!parts_.fused) {
-      return Backend::dense_block_backward(n, c, x, mean, invstd, gamma, beta, dropout, dy, dx,
-                                           dgamma, dbeta, scratch);
-    }
-    parts_.fused->dense_block_backward(n, c, x, mean, invstd, gamma, beta, dropout, dy, dx, dgamma,
-                                       dbeta);
-  }
-
-  // ---- fused dense tail: dense -> dense block -> head (dense.cu, dense_head.cu) ----------------
-  // Engine fused only, for the sizes the head and the staged apply take; the others run the base
-  // class's chains.
-  bool fuses_dense_tail(int c, int k) const override {
-    return parts_.fused && parts_.fused->takes_dense_tail(c, k);
-  }
-  std::size_t dense_tail_workspace_floats(int n, int in, int c, int k) override {
-    const std::size_t chains = Backend::dense_tail_workspace_floats(n, in, c, k);
-    if (!parts_.fused) return chains;
-    return parts_.fused->dense_tail_workspace_floats(n, in, c, k, chains);
-  }
-  void dense_forward_batch_norm(int n, int in, int out, const float* x, const float* weight,
-                                const float* bias, float* y, const BatchNormFinalize& bn,
-                                float* workspace) override {
-    activate();
-    if (!parts_.fused)
-      return Backend::dense_forward_batch_norm(n, in, out, x, weight, bias, y, bn, workspace);
-    parts_.fused->dense_forward_batch_norm(n, in, out, x, weight, bias, y, bn, workspace);
-  }
-  void dense_block_softmax_cross_entropy(int n, int c, int k, const DenseBlockInput& block,
-                                         const float* weight, const float* bias,
-                                         const int32_t* labels, float grad_scale, float* dbn,
-                                         float* sum_dy, float* sum_dy_xhat, float* dweight,
-                                         float* dbias, float* metrics, float* workspace) override {
-    activate();
-    if (!fuses_dense_tail(c, k)) {
-      return Backend::dense_block_softmax_cross_entropy(n, c, k, block, weight, bias, labels,
-                                                        grad_scale, dbn, sum_dy, sum_dy_xhat,
-                                                        dweight, dbias, metrics, workspace);
-    }
-    parts_.fused->dense_block_softmax_cross_entropy(n, c, k, block, weight, bias, labels,
-                                                    grad_scale, dbn, sum_dy, sum_dy_xhat, dweight,
-                                                    dbias, metrics, workspace);
-  }
-  void dense_backward_batch_norm(int n, int in, int out, const float* x,
-                                 const BatchNormGradient& bn, const float* weight, float* dweight,
-                                 float* dbias, float* dx, float* workspace) override {
-    activate();
-    if (!parts_.fused || !parts_.fused->takes_dense_backward_batch_norm(out, dbias != nullptr)) {
-      return Backend::dense_backward_batch_norm(n, in, out, x, bn, weight, dweight, dbias, dx,
-                                                workspace);
-    }
-    parts_.fused->dense_backward_batch_norm(n, in, out, x, bn, weight, dweight, dx, workspace);
-  }
-
- private:
-  // The fused blocks, for the calls only an engine that fuses runs (the base class's refusal).
-  cuda::FusedBlocks& fused_blocks(const char* op) const {
-    MNIST_CHECK(parts_.fused, "{}: {} is run by the engine 'fused' only, not '{}'", name_, op,
-                to_string(engine_));
-    return *parts_.fused;
-  }
   void activate() { MNIST_CUDA_CHECK(cudaSetDevice(ordinal_)); }
   // The fields of StreamCounts paired with LaunchCounts', listed once for every copy between them.
   // (`Counters`: a StreamCounts, const when only read.)

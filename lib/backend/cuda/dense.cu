@@ -7,7 +7,7 @@
 // either), since neither reads what the other writes: one launch where the two calls take two.
 // The bias gradient is a per-column sum, done by channel_reduce.cuh with hw = 1.
 //
-// The dense tail's two (Backend::dense_forward_batch_norm, dense_backward_batch_norm):
+// The dense tail's two (FusedKernels::dense_forward_batch_norm, dense_backward_batch_norm):
 //   forward_batch_norm: the forward's tiles, each also writing the per-column sum and sum of
 //     squares of its outputs (fp32 products summed in double: per thread over its 4 rows, then the
 //     16 thread rows in order) as one row of partials; the last block (launch.cuh, arrive_last)

@@ -28,8 +28,8 @@ void dense_backward(cudaStream_t stream, int n, int in, int out, const float* x,
 void dense_backward_bias(cudaStream_t stream, int n, int out, const float* dy, float* dbias,
                          const ReduceScratch& scratch);
 
-// The dense tail's two (Backend::dense_forward_batch_norm, dense_backward_batch_norm), one launch
-// each. The largest dense output whose batch norm's backward apply dense_backward_batch_norm
+// The dense tail's two (FusedKernels::dense_forward_batch_norm, dense_backward_batch_norm), one
+// launch each. The largest dense output whose batch norm's backward apply dense_backward_batch_norm
 // computes as it stages dy (its features' terms sit in a shared-memory table).
 constexpr int kDenseBatchNormFeatures = 128;
 // Floats of workspace dense_forward_batch_norm needs (8-byte aligned); never decreases with n.

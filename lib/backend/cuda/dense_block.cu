@@ -1,5 +1,5 @@
 // Batch norm -> ReLU (-> dropout) over a dense layer's output [n, c], one kernel launch each way:
-// the CUDA twin of the chains Backend::dense_block_forward / _backward (backend.cpp).
+// the CUDA twin of the chains FusedKernels::dense_block_forward / _backward (fused.cpp).
 //
 // How the work is split: each batch-norm channel is one feature (hw = 1), so a block can own whole
 // features and no step needs another block. Block (kFeatures = 8) x (kLanes = 128) threads,

@@ -1,7 +1,7 @@
 #pragma once
 // Batch norm -> ReLU (-> dropout) over a dense layer's output, fused (see dense_block.cu): one
-// kernel launch forward and one backward, the CUDA twin of the chains in Backend::dense_block_*
-// (backend.cpp), with their contracts (backend.hpp).
+// kernel launch forward and one backward, the CUDA twin of the chains in
+// FusedKernels::dense_block_* (fused.cpp), with their contracts (backend.hpp).
 //
 // x, y, dy, dx: [n, c], one batch-norm channel per feature; every per-feature array has c floats;
 // gamma nullptr means 1, beta nullptr 0; dropout nullptr means no dropout.

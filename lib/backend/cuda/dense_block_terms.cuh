@@ -2,7 +2,7 @@
 // The element-wise terms of a dense block (batch_norm -> relu (-> dropout) over a dense layer's
 // output, one batch-norm channel per feature), as the fused kernels compute them: the block's own
 // kernels (dense_block.cu) and the head that computes the block's output where it reads it
-// (dense_head.cu, Backend::dense_block_softmax_cross_entropy). One definition, so both round
+// (dense_head.cu, FusedKernels::dense_block_softmax_cross_entropy). One definition, so both round
 // every product and sum as the CPU chain does, and agree with it and with each other bit for bit.
 
 #include <cuda_runtime.h>

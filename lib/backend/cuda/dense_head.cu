@@ -51,10 +51,10 @@ int head_blocks(int n) {
   return std::clamp((n + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks);
 }
 
-// The dense block in front of the head (Backend::dense_block_softmax_cross_entropy): when `on`, x
-// is the block's input, each lane computes the block's output of its inputs as it reads them, turns
-// its dx into the gradient that reaches the block's batch norm (written to dbn instead of dx) and
-// adds that gradient's two per-feature sums, which go with the block's partial.
+// The dense block in front of the head (FusedKernels::dense_block_softmax_cross_entropy): when
+// `on`, x is the block's input, each lane computes the block's output of its inputs as it reads
+// them, turns its dx into the gradient that reaches the block's batch norm (written to dbn instead
+// of dx) and adds that gradient's two per-feature sums, which go with the block's partial.
 struct HeadBlock {
   bool on = false;
   const float *mean = nullptr, *invstd = nullptr, *gamma = nullptr, *beta = nullptr;

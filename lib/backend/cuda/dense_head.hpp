@@ -1,6 +1,6 @@
 #pragma once
 // The network's head in one kernel: dense layer -> softmax cross-entropy -> both gradients of the
-// dense layer (see dense_head.cu). Contract: Backend::dense_softmax_cross_entropy.
+// dense layer (see dense_head.cu). Contract: FusedKernels::dense_softmax_cross_entropy.
 
 #include <cuda_runtime.h>
 
@@ -32,7 +32,7 @@ void dense_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k, cons
 
 // The same head on the output of the dense block in front of it, computed from the block's input
 // as it is read, and the block's backward up to its batch norm's sums (the contract of
-// Backend::dense_block_softmax_cross_entropy): block.x[n, in] is the block's input; assigns
+// FusedKernels::dense_block_softmax_cross_entropy): block.x[n, in] is the block's input; assigns
 // dbn[n, in], sum_dy[in], sum_dy_xhat[in] besides the head's gradients. One kernel launch.
 void dense_block_softmax_cross_entropy(cudaStream_t stream, int n, int in, int k,
                                        const DenseBlockInput& block, const float* weight,

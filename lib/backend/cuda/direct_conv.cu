@@ -664,7 +664,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 // and the GPU (the two are of similar size for the seed network's conv2) instead of queueing.
 // The block size is the larger of the two plans'; each body leaves its extra threads idle.
 // dy comes from a source (conv_block_gradient.cuh): memory, or a conv block's batch-norm gradient
-// computed as it is staged (Backend::conv_block_backward), never stored.
+// computed as it is staged (FusedKernels::conv_block_backward), never stored.
 template <class S, class Source>
 __global__ void __launch_bounds__(kMaxThreads)
     direct_conv2d_backward_kernel(S, Correlation forward, Tiling weight_tiles, int weight_blocks,

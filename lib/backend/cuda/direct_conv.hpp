@@ -33,7 +33,7 @@ void direct_conv2d_forward(cudaStream_t stream, const Conv2dGeom& g, const float
 // direct_conv2d_forward, then sum[k] and sumsq[k] of y over (n, out_h, out_w) (batch_norm_stats'
 // contract), taken per tile while the outputs are in registers and added in a fixed order by the
 // last block, in the same launch; when bn is not nullptr that block also finalizes them
-// (batch_norm_finalize's contract, Backend::conv2d_forward_batch_norm). One kernel launch (n > 0).
+// (batch_norm_finalize's contract, FusedKernels::conv2d_forward_stats). One kernel launch (n > 0).
 // counter: the stream's block counter (launch.cuh, arrive_last). workspace: at least
 // direct_conv_workspace_floats(g) floats, 8-byte aligned.
 void direct_conv2d_forward_stats(cudaStream_t stream, const Conv2dGeom& g, const float* x,

@@ -11,7 +11,8 @@ EngineParts::EngineParts(EngineParts&&) noexcept = default;
 EngineParts& EngineParts::operator=(EngineParts&&) noexcept = default;
 EngineParts::~EngineParts() = default;
 
-EngineParts make_engine_parts(Engine engine, const StreamResources& r, const std::string& name) {
+EngineParts make_engine_parts(Engine engine, Backend& backend, const StreamResources& r) {
+  const std::string name = backend.name();
   EngineParts parts;
   switch (engine) {
     case Engine::native:
@@ -33,11 +34,12 @@ EngineParts make_engine_parts(Engine engine, const StreamResources& r, const std
     case Engine::fused:
       parts.convolutions = make_hand_written_convolutions(r);
       parts.dense = make_hand_written_dense_layers(r);
-      parts.fused = std::make_unique<FusedBlocks>(r, name);
-      break;
+      parts.fused = std::make_unique<FusedBlocks>(backend, r, *parts.convolutions);
+      return parts;
     case Engine::blas:
       MNIST_THROW(RuntimeError, "{}: engine '{}' is not a CUDA engine", name, to_string(engine));
   }
+  parts.fused = std::make_unique<ConvolutionStats>(backend, r, *parts.convolutions);
   return parts;
 }
 

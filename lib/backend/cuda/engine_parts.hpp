@@ -1,16 +1,21 @@
 #pragma once
 // What a CudaBackend's engine is made of, chosen once when the backend is built: which kernels run
-// the convolutions and the dense layers, and whether the fused blocks (fused_blocks.hpp) run. The
-// backend's methods forward to these parts and never ask which engine they belong to:
+// the convolutions and the dense layers, and which fused kernels (backend/fused.hpp,
+// fused_blocks.hpp) the backend's fused() is. The backend's methods forward to these parts and
+// never ask which engine they belong to:
 //
-//   engine  | convolutions                          | dense layers | fused blocks
-//   native  | hand-written (direct or tiled GEMM)   | hand-written | none
-//   cublas  | hand-written                          | cuBLAS       | none
-//   cudnn   | cuDNN (hand-written where it cannot)  | cuBLAS       | none
-//   fused   | hand-written                          | hand-written | all (docs/gpu_speed.md)
+//   engine  | convolutions                          | dense layers | fused kernels
+//   native  | hand-written (direct or tiled GEMM)   | hand-written | ConvolutionStats
+//   cublas  | hand-written                          | cuBLAS       | ConvolutionStats
+//   cudnn   | cuDNN (hand-written where it cannot)  | cuBLAS       | ConvolutionStats
+//   fused   | hand-written                          | hand-written | FusedBlocks
+//   (docs/gpu_speed.md)
 //
+// ConvolutionStats: a convolution takes its batch norm's sums where the convolutions can, every
+// other block is the reference chain; FusedBlocks: every block of fused.hpp as its kernels.
 // Each part implements only what differs between its variants; the backend keeps the reference
-// chains (backend.cpp) and runs them where a part says it does not fuse a pair of calls.
+// chains (backend.cpp, fused.cpp) and runs them where a part says it does not fuse a pair of
+// calls.
 
 #include <cuda_runtime.h>
 
@@ -20,6 +25,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/cuda/channel_reduce.cuh"
+#include "backend/fused.hpp"
 #include "backend/kernel_args.hpp"
 #include "build_info.hpp"
 #include "core/engine.hpp"
@@ -29,6 +35,7 @@ namespace mnist::cuda {
 // The backend's stream and the scratch its kernels share, made once by the backend and lent to
 // each part for the backend's lifetime.
 struct StreamResources {
+  int device = 0;  // the CUDA ordinal the stream belongs to
   cudaStream_t stream = nullptr;
   unsigned* block_counter = nullptr;  // [kBlockCounters], 0 between kernels (launch.cuh)
   ReduceScratch scratch;
@@ -83,19 +90,17 @@ std::unique_ptr<DenseLayers> make_cublas_dense_layers(const StreamResources& r);
 std::unique_ptr<Convolutions> make_cudnn_convolutions(const StreamResources& r);  // cudnn_*.cu
 #endif
 
-class FusedBlocks;
-
 // The table above, as the backend reads it.
 struct EngineParts {
   std::unique_ptr<Convolutions> convolutions;
   std::unique_ptr<DenseLayers> dense;
-  std::unique_ptr<FusedBlocks> fused;  // nullptr: the backend runs the reference chains
+  std::unique_ptr<FusedKernels> fused;
   EngineParts();
   EngineParts(EngineParts&&) noexcept;
   EngineParts& operator=(EngineParts&&) noexcept;
   ~EngineParts();
 };
-// name: the backend's, for messages.
-EngineParts make_engine_parts(Engine engine, const StreamResources& r, const std::string& name);
+// backend: the one the parts are made for (its name, for messages; the fused kernels' chains).
+EngineParts make_engine_parts(Engine engine, Backend& backend, const StreamResources& r);
 
 }  // namespace mnist::cuda

@@ -1,9 +1,13 @@
-// The fused blocks (fused_blocks.hpp): the checks each block's kernels need, then their launch.
+// The CUDA engines' fused kernels (fused_blocks.hpp): for each block, the sizes its kernel takes,
+// the checks it needs and its launch, or the reference chain where it does not take them.
 #include "backend/cuda/fused_blocks.hpp"
 
 #include <algorithm>
 
+#include "backend/backend.hpp"
 #include "backend/cuda/conv_block.hpp"
+#include "backend/cuda/conv_block_gradient.cuh"
+#include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/dense.hpp"
 #include "backend/cuda/dense_block.hpp"
 #include "backend/cuda/dense_head.hpp"
@@ -16,33 +20,96 @@ void FusedBlocks::check_pool(const PoolGeom& g, const char* op) const {
   MNIST_CHECK(g.n >= 0 && g.c >= 0 && conv_block_supports(g),
               "{}: {} takes 2x2 pooling with stride 2, no padding and out = in / 2; got n {}, "
               "c {}, {}x{} -> {}x{}, window {}x{}, stride {}x{}, padding {}x{}",
-              name_, op, g.n, g.c, g.h, g.w, g.out_h, g.out_w, g.size_h, g.size_w, g.stride_h,
-              g.stride_w, g.pad_h, g.pad_w);
+              backend().name(), op, g.n, g.c, g.h, g.w, g.out_h, g.out_w, g.size_h, g.size_w,
+              g.stride_h, g.stride_w, g.pad_h, g.pad_w);
 }
 
 void FusedBlocks::check_dropout(const DropoutArgs* dropout, const char* op) const {
   MNIST_CHECK(!dropout || (dropout->rate >= 0.0f && dropout->rate < 1.0f),
-              "{}: {}: dropout rate {} is outside [0, 1)", name_, op, dropout->rate);
+              "{}: {}: dropout rate {} is outside [0, 1)", backend().name(), op, dropout->rate);
 }
 
-bool FusedBlocks::takes_gathered_convolution(const Conv2dGeom& g) const {
-  return direct_conv_gathers(g);
+void ConvolutionStats::activate() const {
+  MNIST_CUDA_CHECK(cudaSetDevice(r_.device));
 }
+
+void ConvolutionStats::conv2d_forward_stats(const Conv2dGeom& g, const float* x,
+                                            const float* weight, const float* bias, float* y,
+                                            float* sum, float* sumsq,
+                                            const BatchNormFinalize* finalize, float* workspace) {
+  activate();
+  if (!convolutions_.fuses(g))
+    return FusedKernels::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, finalize,
+                                              workspace);
+  convolutions_.forward_stats(g, x, weight, bias, y, sum, sumsq, finalize, workspace);
+}
+
+bool FusedBlocks::supports(const FusedShape& s) const {
+  switch (s.kind) {
+    case FusedKind::gathered_convolution:
+      return direct_conv_gathers(s.conv);
+    case FusedKind::conv_block:
+      return conv_block_supports(s.pool);
+    case FusedKind::dense_block:
+    case FusedKind::dense_head:  // sizes the kernel does not take run the chain
+      return true;
+    case FusedKind::dense_tail:
+      return takes_dense_tail(s.c, s.k);
+  }
+  return false;
+}
+
+std::size_t FusedBlocks::workspace_floats(const FusedShape& s) const {
+  const std::size_t chains = FusedKernels::workspace_floats(s);
+  switch (s.kind) {
+    case FusedKind::conv_block:
+      return conv_block_uses_dconv(s.conv, s.pool, s.bias) ? chains : 0;
+    case FusedKind::dense_head:
+      return dense_head_supports(s.n, s.in, s.k) ? dense_head_workspace_floats(s.n, s.in, s.k)
+                                                 : chains;
+    case FusedKind::dense_tail: {
+      // dense_forward_batch_norm runs its kernel for every size; the head and the backward only
+      // for the sizes they take (the others run the chains). The n * c: a dense layer with a
+      // bias takes the chain in its backward.
+      const int n = s.n, in = s.in, c = s.c, k = s.k;
+      std::size_t floats = std::max(chains, dense_forward_batch_norm_workspace_floats(n, in, c));
+      if (c <= kDenseBatchNormFeatures)
+        floats = std::max(floats, dense_backward_batch_norm_workspace_floats(n, in, c));
+      if (takes_dense_tail(c, k)) {
+        floats = std::max({floats, dense_head_workspace_floats(n, c, k),
+                           static_cast<std::size_t>(std::max(n, 1)) * static_cast<std::size_t>(c)});
+      }
+      return floats;
+    }
+    case FusedKind::gathered_convolution:
+    case FusedKind::dense_block:
+      break;
+  }
+  return chains;
+}
+
+bool FusedBlocks::conv_block_uses_dconv(const Conv2dGeom& g, const PoolGeom& pool,
+                                        bool bias) const {
+  return bias || !direct_conv_supports(g) || pool.c > kBlockGradientChannels;
+}
+
 void FusedBlocks::conv2d_forward_batch_norm_gathered(const Conv2dGeom& g, const BatchGather& batch,
                                                      const float* weight, const float* bias,
                                                      float* y, float* sum, float* sumsq,
                                                      const BatchNormFinalize& bn,
                                                      float* workspace) {
+  if (!supports(FusedShape::gathered_convolution(g)))
+    return FusedKernels::conv2d_forward_batch_norm_gathered(g, batch, weight, bias, y, sum, sumsq,
+                                                            bn, workspace);
+  activate();
   direct_conv2d_forward_gathered(r_.stream, g, batch, weight, bias, y, sum, sumsq, &bn,
                                  r_.block_counter, workspace);
 }
 
-bool FusedBlocks::takes_conv_block(const PoolGeom& g) const {
-  return conv_block_supports(g);
-}
 void FusedBlocks::bn_relu_pool_forward(const PoolGeom& g, const float* x, const float* mean,
                                        const float* invstd, const float* gamma, const float* beta,
                                        float* y, uint8_t* mask) {
+  activate();
   check_pool(g, "bn_relu_pool_forward");
   cuda::bn_relu_pool_forward(r_.stream, g, x, mean, invstd, gamma, beta, y, mask);
 }
@@ -50,6 +117,7 @@ void FusedBlocks::bn_relu_pool_backward_reduce(const PoolGeom& g, const float* d
                                                const uint8_t* mask, const float* x,
                                                const float* mean, const float* invstd,
                                                float* sum_dy, float* sum_dy_xhat) {
+  activate();
   check_pool(g, "bn_relu_pool_backward_reduce");
   cuda::bn_relu_pool_backward_reduce(r_.stream, g, dy, mask, x, mean, invstd, sum_dy, sum_dy_xhat,
                                      r_.block_counter, r_.scratch);
@@ -59,13 +127,21 @@ void FusedBlocks::bn_relu_pool_backward_apply(const PoolGeom& g, const float* dy
                                               const float* mean, const float* invstd,
                                               const float* gamma, const float* sum_dy,
                                               const float* sum_dy_xhat, double count, float* dx) {
+  activate();
   check_pool(g, "bn_relu_pool_backward_apply");
   cuda::bn_relu_pool_backward_apply(r_.stream, g, dy, mask, x, mean, invstd, gamma, sum_dy,
                                     sum_dy_xhat, count, dx);
 }
 void FusedBlocks::conv_block_backward(const Conv2dGeom& g, const ConvBlockGradient& block,
                                       const float* x, const float* weight, float* dweight,
-                                      float* dx, float* workspace) {
+                                      float* dbias, float* dx, float* dconv, float* workspace) {
+  activate();
+  if (conv_block_uses_dconv(g, block.pool, dbias != nullptr)) {
+    MNIST_CHECK(dconv, "{}: conv_block_backward needs its dconv scratch for these sizes",
+                backend().name());
+    return FusedKernels::conv_block_backward(g, block, x, weight, dweight, dbias, dx, dconv,
+                                             workspace);
+  }
   check_pool(block.pool, "conv_block_backward");
   direct_conv2d_backward_block(r_.stream, g, block, x, weight, dweight, dx, r_.block_counter,
                                workspace);
@@ -75,11 +151,13 @@ void FusedBlocks::conv_block_backward(const Conv2dGeom& g, const ConvBlockGradie
 void FusedBlocks::dense_block_forward(int n, int c, const float* x, float epsilon, float decay,
                                       const float* gamma, const float* beta,
                                       const DropoutArgs* dropout, float* y, float* mean,
-                                      float* invstd, float* running_mean, float* running_var) {
+                                      float* invstd, float* running_mean, float* running_var,
+                                      float*) {
+  activate();
   MNIST_CHECK(n >= 1 && c >= 1 && x && y && mean && invstd && running_mean && running_var,
               "{}: dense_block_forward needs n >= 1 samples, c >= 1 features (got n {}, c {}), "
               "x, y, mean, invstd and the running statistics",
-              name_, n, c);
+              backend().name(), n, c);
   check_dropout(dropout, "dense_block_forward");
   cuda::dense_block_forward(r_.stream, n, c, x, epsilon, decay, gamma, beta, dropout, y, mean,
                             invstd, running_mean, running_var);
@@ -87,11 +165,12 @@ void FusedBlocks::dense_block_forward(int n, int c, const float* x, float epsilo
 void FusedBlocks::dense_block_backward(int n, int c, const float* x, const float* mean,
                                        const float* invstd, const float* gamma, const float* beta,
                                        const DropoutArgs* dropout, const float* dy, float* dx,
-                                       float* dgamma, float* dbeta) {
+                                       float* dgamma, float* dbeta, float*) {
+  activate();
   MNIST_CHECK(n >= 1 && c >= 1 && x && mean && invstd && dy,
               "{}: dense_block_backward needs n >= 1 samples, c >= 1 features (got n {}, c {}), "
               "x, mean, invstd and dy",
-              name_, n, c);
+              backend().name(), n, c);
   check_dropout(dropout, "dense_block_backward");
   cuda::dense_block_backward(r_.stream, n, c, x, mean, invstd, gamma, beta, dropout, dy, dx, dgamma,
                              dbeta);
@@ -100,23 +179,23 @@ void FusedBlocks::dense_block_backward(int n, int c, const float* x, const float
 bool FusedBlocks::takes_dense_tail(int c, int k) const {
   return c <= kDenseBatchNormFeatures && dense_head_supports(1, c, k);
 }
-std::size_t FusedBlocks::dense_tail_workspace_floats(int n, int in, int c, int k,
-                                                     std::size_t chains) const {
-  // dense_forward_batch_norm runs its kernel for every size; the head and the backward only for
-  // the sizes they take (the others run the chains). The n * c: a dense layer with a bias takes
-  // the chain in its backward.
-  std::size_t floats = std::max(chains, dense_forward_batch_norm_workspace_floats(n, in, c));
-  if (c <= kDenseBatchNormFeatures)
-    floats = std::max(floats, dense_backward_batch_norm_workspace_floats(n, in, c));
-  if (takes_dense_tail(c, k)) {
-    floats = std::max({floats, dense_head_workspace_floats(n, c, k),
-                       static_cast<std::size_t>(std::max(n, 1)) * static_cast<std::size_t>(c)});
+void FusedBlocks::dense_softmax_cross_entropy(int n, int in, int k, const float* x,
+                                              const float* weight, const float* bias,
+                                              const int32_t* labels, float grad_scale, float* dx,
+                                              float* dweight, float* dbias, float* metrics,
+                                              float* workspace) {
+  if (!dense_head_supports(n, in, k)) {
+    return FusedKernels::dense_softmax_cross_entropy(n, in, k, x, weight, bias, labels, grad_scale,
+                                                     dx, dweight, dbias, metrics, workspace);
   }
-  return floats;
+  activate();
+  cuda::dense_softmax_cross_entropy(r_.stream, n, in, k, x, weight, bias, labels, grad_scale, dx,
+                                    dweight, dbias, metrics, workspace, r_.block_counter);
 }
 void FusedBlocks::dense_forward_batch_norm(int n, int in, int out, const float* x,
                                            const float* weight, const float* bias, float* y,
                                            const BatchNormFinalize& bn, float* workspace) {
+  activate();
   cuda::dense_forward_batch_norm(r_.stream, n, in, out, x, weight, bias, y, bn, workspace,
                                  r_.block_counter);
 }
@@ -124,17 +203,26 @@ void FusedBlocks::dense_block_softmax_cross_entropy(
     int n, int c, int k, const DenseBlockInput& block, const float* weight, const float* bias,
     const int32_t* labels, float grad_scale, float* dbn, float* sum_dy, float* sum_dy_xhat,
     float* dweight, float* dbias, float* metrics, float* workspace) {
+  if (!takes_dense_tail(c, k)) {
+    return FusedKernels::dense_block_softmax_cross_entropy(n, c, k, block, weight, bias, labels,
+                                                           grad_scale, dbn, sum_dy, sum_dy_xhat,
+                                                           dweight, dbias, metrics, workspace);
+  }
+  activate();
   check_dropout(block.has_dropout ? &block.dropout : nullptr, "dense_block_softmax_cross_entropy");
   cuda::dense_block_softmax_cross_entropy(r_.stream, n, c, k, block, weight, bias, labels,
                                           grad_scale, dbn, sum_dy, sum_dy_xhat, dweight, dbias,
                                           metrics, workspace, r_.block_counter);
 }
-bool FusedBlocks::takes_dense_backward_batch_norm(int out, bool bias) const {
-  return !bias && out <= kDenseBatchNormFeatures;
-}
 void FusedBlocks::dense_backward_batch_norm(int n, int in, int out, const float* x,
                                             const BatchNormGradient& bn, const float* weight,
-                                            float* dweight, float* dx, float* workspace) {
+                                            float* dweight, float* dbias, float* dx,
+                                            float* workspace) {
+  if (dbias || out > kDenseBatchNormFeatures) {
+    return FusedKernels::dense_backward_batch_norm(n, in, out, x, bn, weight, dweight, dbias, dx,
+                                                   workspace);
+  }
+  activate();
   cuda::dense_backward_batch_norm(r_.stream, n, in, out, x, bn, weight, dweight, dx, workspace,
                                   r_.block_counter);
 }

@@ -2,8 +2,8 @@
 // The memory-bound half of a conv -> batch norm -> ReLU -> 2x2 max-pool block, fused: one pass
 // forward and two backward instead of the eight full-size passes of the separate layers, and no
 // batch-norm or ReLU output kept (the pooled output and one byte per pooled value suffice).
-// Contracts as Backend::bn_relu_pool_*; the math is exactly batch_norm_apply -> relu_forward ->
-// max_pool_forward and their backward steps (ties: the first window element in row-major order).
+// Contracts as FusedKernels::bn_relu_pool_*; the math is exactly batch_norm_apply -> relu_forward
+// -> max_pool_forward and their backward steps (ties: the first window element in row-major order).
 //
 // x: the convolution's output [n, c, h, w]; y, dy: [n, c, h/2, w/2] (PoolGeom with 2x2 windows,
 // stride 2, no padding; odd last rows and columns are dropped, as max pooling does). mask: one byte
