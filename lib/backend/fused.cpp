@@ -11,43 +11,21 @@
 
 namespace mnist {
 
+// Every field named, in FusedShape's order: kind, conv, pool, bias, n, in, c, k.
 FusedShape FusedShape::gathered_convolution(const Conv2dGeom& g) {
-  FusedShape s;
-  s.kind = FusedKind::gathered_convolution;
-  s.conv = g;
-  return s;
+  return {FusedKind::gathered_convolution, g, PoolGeom{}, false, 0, 0, 0, 0};
 }
 FusedShape FusedShape::conv_block(const Conv2dGeom& g, const PoolGeom& pool, bool bias) {
-  FusedShape s;
-  s.kind = FusedKind::conv_block;
-  s.conv = g;
-  s.pool = pool;
-  s.bias = bias;
-  return s;
+  return {FusedKind::conv_block, g, pool, bias, 0, 0, 0, 0};
 }
 FusedShape FusedShape::dense_block(int n, int c) {
-  FusedShape s;
-  s.kind = FusedKind::dense_block;
-  s.n = n;
-  s.c = c;
-  return s;
+  return {FusedKind::dense_block, Conv2dGeom{}, PoolGeom{}, false, n, 0, c, 0};
 }
 FusedShape FusedShape::dense_head(int n, int in, int k) {
-  FusedShape s;
-  s.kind = FusedKind::dense_head;
-  s.n = n;
-  s.in = in;
-  s.k = k;
-  return s;
+  return {FusedKind::dense_head, Conv2dGeom{}, PoolGeom{}, false, n, in, 0, k};
 }
 FusedShape FusedShape::dense_tail(int n, int in, int c, int k) {
-  FusedShape s;
-  s.kind = FusedKind::dense_tail;
-  s.n = n;
-  s.in = in;
-  s.c = c;
-  s.k = k;
-  return s;
+  return {FusedKind::dense_tail, Conv2dGeom{}, PoolGeom{}, false, n, in, c, k};
 }
 
 namespace {
