@@ -1,5 +1,5 @@
-// Backend methods with a default: conv2d_backward, dense_backward and adam_update_and_advance
-// compose the calls they stand for; the capture calls refuse on a backend that cannot capture.
+// Backend methods with a default: conv2d_backward and dense_backward compose the calls they stand
+// for; the capture calls refuse on a backend that cannot capture.
 // The fused blocks' chains are the reference FusedKernels (fused.cpp).
 #include "backend/backend.hpp"
 
@@ -50,22 +50,6 @@ void Backend::dense_backward(int n, int in, int out, const float* x, const float
                              const float* weight, float* dweight, float* dbias, float* dx) {
   dense_backward_weights(n, in, out, x, dy, dweight, dbias);
   if (dx) dense_backward_data(n, in, out, dy, weight, dx);
-}
-
-void Backend::gather(const BatchGather& batch, int n) {
-  if (batch.step)
-    gather_batch(batch.images, batch.labels, batch.pixels, batch.ring, batch.ring_steps, batch.step,
-                 n, batch.x, batch.y);
-  else
-    gather_batch(batch.images, batch.labels, batch.pixels, batch.ring, n, batch.x, batch.y);
-}
-
-void Backend::adam_update_and_advance(std::size_t n, std::size_t n_decay,
-                                      const OptimizerStep& constants, StepScalars* s, float* params,
-                                      const float* grads, float* m, float* v, double epsilon,
-                                      bool tensorflow_epsilon) {
-  adam_update(n, n_decay, constants, s, params, grads, m, v);
-  step_scalars_advance(s, constants.beta1, constants.beta2, epsilon, tensorflow_epsilon);
 }
 
 }  // namespace mnist

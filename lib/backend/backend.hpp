@@ -97,22 +97,13 @@ class Backend {
   virtual void copy_to_device_async(void* dst, const void* src, std::size_t bytes) = 0;
 
   // ---- data -----------------------------------------------------------------------------------
-  // x[i, :] = images[indices[i], :] / 255 and y[i] = labels[indices[i]] for i < n. Assigns x, y.
-  // images: uint8[num_images, pixels], labels: uint8[num_images], indices: int32[n] (all on
-  // device).
-  virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
-                            const int32_t* indices, int n, float* x, int32_t* y) = 0;
-
-  // gather_batch of step s's indices, ring[(s % ring_steps) * n, ... + n), where s is step->step
-  // when the kernel runs, so that the batches of ring_steps steps can be uploaded at once and a
-  // step captured once and replayed takes its own (Worker's captured step). ring:
-  // int32[ring_steps * n] (on device).
-  virtual void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
-                            const int32_t* ring, int ring_steps, const StepScalars* step, int n,
-                            float* x, int32_t* y) = 0;
-
-  // gather_batch of `batch` (its ring form when batch.step is set) for n samples.
-  void gather(const BatchGather& batch, int n);
+  // The batch `batch` names for n samples: x[i, :] = images[indices[i], :] / 255 and
+  // y[i] = labels[indices[i]] for i < n, indices = batch.ring + (s % batch.ring_steps) * n where s
+  // is batch.step->step when the kernel runs (batch.step nullptr: s = 0, so batch.ring holds the
+  // indices themselves). The ring form lets the batches of ring_steps steps be uploaded at once and
+  // a step captured once and replayed take its own (Worker's captured step). Assigns batch.x,
+  // batch.y; every pointer in `batch` is on the device.
+  virtual void gather_batch(const BatchGather& batch, int n) = 0;
 
   // ---- convolution (Conv2dGeom; weights [k, c, kh, kw], bias [k] or nullptr) -------------------
   // Scratch each conv call may use, in floats; the caller passes a buffer at least this large.
@@ -190,14 +181,13 @@ class Backend {
   // The mask of element e of the sample at global batch position first_sample + i is
   //   philox4x32(counter = (step, first_sample + i, e, 0), key) .v[0] -> uniform01 >= rate
   // so it depends only on (seed, layer, step, global sample, element). x, y: [n, per_sample].
-  // The step is step_scalars->step, read when the kernel runs, when step_scalars is not nullptr
-  // (a step captured once and replayed), else `step`.
-  virtual void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                               const StepScalars* step_scalars, uint32_t first_sample,
-                               const float* x, float* y) = 0;
-  virtual void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                                const StepScalars* step_scalars, uint32_t first_sample,
-                                const float* dy, float* dx) = 0;
+  // The step is step->step (this backend's memory), read when the kernel runs.
+  virtual void dropout_forward(int n, int per_sample, float rate, RngKey key,
+                               const StepScalars* step, uint32_t first_sample, const float* x,
+                               float* y) = 0;
+  virtual void dropout_backward(int n, int per_sample, float rate, RngKey key,
+                                const StepScalars* step, uint32_t first_sample, const float* dy,
+                                float* dx) = 0;
 
   // ---- loss: softmax cross-entropy fused with accuracy -----------------------------------------
   // logits[n, k], labels int32[n]. Accumulates metrics[kLossSum] += sum of -log p(label),
@@ -207,31 +197,23 @@ class Backend {
                                      float grad_scale, float* dlogits, float* metrics) = 0;
 
   // ---- optimizers over the flat buffers (n values, the first n_decay of them decayed) ----------
-  // Adam: the learning rate, decay factor, bias corrections, epsilon and step are read from
-  // *step_scalars when the kernel runs when it is not nullptr (`s` then gives only the constants:
-  // betas, l2, decoupled_wd), else taken from `s`.
-  virtual void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                           const StepScalars* step_scalars, float* params, const float* grads,
+  // The step's values (learning rate, decay factor, bias corrections, epsilon) are read from
+  // *step (this backend's memory) when the kernel runs; `constants` gives the rest (betas,
+  // momentum, nesterov, l2, decoupled_wd; its lr, step and epsilon are not read). With `advance`,
+  // the update then leaves the next step's values in *step, step_scalars_next(*step,
+  // constants.beta1, constants.beta2, constants.configured_epsilon, constants.tensorflow_epsilon),
+  // in the same launch (CUDA: its last block, once every block has read *step): the end of a step
+  // captured once and replayed.
+  virtual void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                           StepScalars* step, bool advance, float* params, const float* grads,
                            float* m, float* v) = 0;
-  virtual void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
-                          const float* grads, float* velocity) = 0;
+  virtual void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                          StepScalars* step, bool advance, float* params, const float* grads,
+                          float* velocity) = 0;
 
-  // ---- per-step values in backend memory, for a step captured once and replayed ----------------
-  // The step number (dropout), learning rate, decay factor, bias corrections and epsilon
-  // (optimizer) that dropout and adam_update read when given a StepScalars in this backend's
-  // memory.
+  // ---- per-step values in backend memory (StepScalars, kernel_args.hpp) -----------------------
   // Assigns *s = values (a kernel argument on CUDA: no host memory, no host wait).
   virtual void step_scalars_set(StepScalars* s, const StepScalars& values) = 0;
-  // *s = step_scalars_next(*s, ...) (optimizer_rule.hpp), computed where *s lives.
-  virtual void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
-                                    bool tensorflow_epsilon) = 0;
-  // adam_update reading *s, then step_scalars_advance(s, constants.beta1, constants.beta2,
-  // epsilon, tensorflow_epsilon): the end of a captured step. Engines may make it one launch (CUDA:
-  // the last block advances *s once every block has read it); the default makes the two calls.
-  virtual void adam_update_and_advance(std::size_t n, std::size_t n_decay,
-                                       const OptimizerStep& constants, StepScalars* s,
-                                       float* params, const float* grads, float* m, float* v,
-                                       double epsilon, bool tensorflow_epsilon);
 
   // ---- a step captured once and replayed (CUDA graphs) -----------------------------------------
   // Backends that return true from supports_capture() (CUDA) record the calls made between

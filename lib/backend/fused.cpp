@@ -107,7 +107,7 @@ void FusedKernels::conv2d_forward_batch_norm_gathered(const Conv2dGeom& g, const
   MNIST_CHECK(batch.pixels == g.c * g.h * g.w,
               "{}: conv2d_forward_batch_norm_gathered: images of {} pixels for a {}x{}x{} input",
               b.name(), batch.pixels, g.c, g.h, g.w);
-  b.gather(batch, g.n);
+  b.gather_batch(batch, g.n);
   conv2d_forward_stats(g, batch.x, weight, bias, y, sum, sumsq, &bn, workspace);
 }
 
@@ -143,7 +143,7 @@ void FusedKernels::dense_block_forward(int n, int c, const float* x, float epsil
   b.batch_norm_apply(g, x, mean, invstd, gamma, beta, y);
   b.relu_forward(values, y, y);
   if (dropout) {
-    b.dropout_forward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+    b.dropout_forward(n, c, dropout->rate, dropout->key, dropout->step_scalars,
                       dropout->first_sample, y, y);
   }
 }
@@ -162,7 +162,7 @@ void FusedKernels::dense_block_backward(int n, int c, const float* x, const floa
   float* sum_dy_xhat = sum_dy + c;
   const float* relu_dy = dy;
   if (dropout) {
-    b.dropout_backward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+    b.dropout_backward(n, c, dropout->rate, dropout->key, dropout->step_scalars,
                        dropout->first_sample, dy, grad);
     relu_dy = grad;
   }
@@ -206,14 +206,14 @@ void FusedKernels::dense_block_softmax_cross_entropy(
   b.batch_norm_apply(g, block.x, block.mean, block.invstd, block.gamma, block.beta, a);
   b.relu_forward(values, a, a);
   if (dropout) {
-    b.dropout_forward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+    b.dropout_forward(n, c, dropout->rate, dropout->key, dropout->step_scalars,
                       dropout->first_sample, a, a);
   }
   dense_softmax_cross_entropy(n, c, k, a, weight, bias, labels, grad_scale, da, dweight, dbias,
                               metrics, head_workspace);
   const float* relu_dy = da;
   if (dropout) {
-    b.dropout_backward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+    b.dropout_backward(n, c, dropout->rate, dropout->key, dropout->step_scalars,
                        dropout->first_sample, da, dbn);
     relu_dy = dbn;
   }

@@ -73,13 +73,19 @@ struct OptimizerStep {
   float l2 = 0.0f;            // coupled: g += l2 * p before the update (L2 term in the loss)
   float decoupled_wd = 0.0f;  // decoupled (AdamW): p -= lr * wd * p
   int64_t step = 1;           // 1-based, for Adam's bias correction
+  // Adam's epsilon as configured and its style, from which each step's epsilon follows when the
+  // optimizer moves the StepScalars on to the next step (step_scalars_next).
+  double configured_epsilon = 1e-8;
+  bool tensorflow_epsilon = false;
 };
 
-// The per-step values of a training step that is captured once and replayed (Backend::
-// begin_capture), kept in the backend's memory instead of being passed by value, which a replay
-// would freeze at the capture's values. Set from the host (Backend::step_scalars_set: a kernel
-// argument, so no host wait) and advanced on the device after each step
-// (Backend::step_scalars_advance) with the host's own rules (optimizer_rule.hpp).
+// The per-step values of a training step, kept in the backend's memory, where every kernel that
+// needs one reads it when it runs (dropout's step; the optimizers' learning rate, decay factor,
+// bias corrections and epsilon), so that the eager step and a step captured once and replayed run
+// the same kernels with the same arguments. The eager step sets them from the host
+// (Backend::step_scalars_set: a kernel argument, so no host wait); the captured step's optimizer
+// moves them on to the next step's in its last kernel (Backend::adam_update with advance), with
+// the host's own rules (optimizer_rule.hpp).
 struct StepScalars {
   int64_t step = 0;      // 0-based global step: dropout's key; the optimizer's t is step + 1
   float lr = 0.0f;       // learning rate of this step
@@ -90,12 +96,11 @@ struct StepScalars {
 };
 
 // One dropout (Backend::dropout_forward's arguments, for the fused ops that end in one): the rate
-// in [0, 1), the layer's key, the step (read from *step_scalars when the kernel runs when that is
-// not nullptr) and the global batch position of the slice's first sample.
+// in [0, 1), the layer's key, the step's values (its step read from step_scalars->step when the
+// kernel runs) and the global batch position of the slice's first sample.
 struct DropoutArgs {
   float rate = 0.0f;
   RngKey key{};
-  uint32_t step = 0;
   const StepScalars* step_scalars = nullptr;
   uint32_t first_sample = 0;
 };

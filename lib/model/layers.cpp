@@ -184,7 +184,7 @@ class DropoutLayer final : public Layer {
       be().copy_on_device(y, x, sizeof(float) * ctx.n * per_sample);
       return;
     }
-    be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.step_scalars,
+    be().dropout_forward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step_scalars,
                          ctx.first_sample, x, y);
   }
   void do_backward(const PassContext& ctx, const float*, const float*, const float* dy,
@@ -195,7 +195,7 @@ class DropoutLayer final : public Layer {
       be().copy_on_device(dx, dy, sizeof(float) * ctx.n * per_sample);
       return;
     }
-    be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step, ctx.step_scalars,
+    be().dropout_backward(ctx.n, per_sample, plan_.spec.rate, key(ctx), ctx.step_scalars,
                           ctx.first_sample, dy, dx);
   }
 };
@@ -463,7 +463,6 @@ class DenseBlockLayer final : public Layer {
     if (!dropout_ || dropout_->spec.rate == 0.0f) return false;
     args.rate = dropout_->spec.rate;
     args.key = dropout_key(ctx, *dropout_);
-    args.step = ctx.step;
     args.step_scalars = ctx.step_scalars;
     args.first_sample = ctx.first_sample;
     return true;
@@ -497,8 +496,8 @@ class DenseBlockLayer final : public Layer {
     be().batch_norm_apply(geom(ctx.n), x, mean_.data(), invstd_.data(), gamma, beta, y);
     be().relu_forward(values(ctx.n), y, y);
     if (dropout) {
-      be().dropout_forward(ctx.n, c, dropout->rate, dropout->key, dropout->step,
-                           dropout->step_scalars, dropout->first_sample, y, y);
+      be().dropout_forward(ctx.n, c, dropout->rate, dropout->key, dropout->step_scalars,
+                           dropout->first_sample, y, y);
     }
   }
 
@@ -522,8 +521,8 @@ class DenseBlockLayer final : public Layer {
     float* relu = bind_.workspace + v;  // the ReLU's output, recomputed
     const float* relu_dy = dy;
     if (dropout) {
-      be().dropout_backward(ctx.n, c, dropout->rate, dropout->key, dropout->step,
-                            dropout->step_scalars, dropout->first_sample, dy, dbn);
+      be().dropout_backward(ctx.n, c, dropout->rate, dropout->key, dropout->step_scalars,
+                            dropout->first_sample, dy, dbn);
       relu_dy = dbn;
     }
     be().batch_norm_apply(geom(ctx.n), x, mean_.data(), invstd_.data(), gamma, beta, relu);

@@ -20,9 +20,9 @@ namespace mnist {
 struct PassContext {
   int n = 0;  // samples in this replica's slice
   bool training = true;
-  uint32_t step = 0;  // 0-based global step (dropout keys)
-  // When set, the step is read from here (backend memory) when the kernels run instead of `step`:
-  // what a step captured once and replayed needs (Backend::begin_capture).
+  // The step's values in backend memory (the worker's), where the kernels read them when they
+  // run: the 0-based global step of dropout's keys. A training pass needs them; the eager step and
+  // a step captured once and replayed pass the same pointer (Backend::begin_capture).
   const StepScalars* step_scalars = nullptr;
   uint32_t first_sample = 0;  // position of this slice's first sample in the global batch
   uint64_t seed = 0;

@@ -184,7 +184,7 @@ const float* Replica::run_forward(const PassContext& ctx, Pass& pass, float grad
   if (ctx.gather) {
     MNIST_CHECK(ctx.gather->x == input_.data() && ctx.gather->y == labels_.data(),
                 "a batch gathered elsewhere than the replica's input");
-    if (!first_gathers) backend_.gather(*ctx.gather, ctx.n);
+    if (!first_gathers) backend_.gather_batch(*ctx.gather, ctx.n);
   }
   const float* x = input_.data();
   for (std::size_t b = 0; b < pass.blocks.size(); ++b) {

@@ -73,7 +73,7 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
 
   // Each step's batch: the worker's own epoch sampler over the pool, as in training.
   auto lr_at = [&](int64_t step) { return worker.inputs().learning_rate(step, total_steps); };
-  auto one_step = [&](int64_t step) { worker.train_step(step, lr_at(step), false); };
+  auto one_step = [&](int64_t step) { worker.train_step({step, lr_at(step)}, false); };
   for (int i = 0; i < o.warmup; ++i) one_step(i);
   worker.synchronize();
   const auto start = Clock::now();
@@ -92,7 +92,7 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
   replica.set_profile(&times);
   for (int i = 0; i < profiled; ++i) {
     const int64_t step = o.warmup + o.steps + i;
-    worker.gather(step);
+    worker.gather({step, lr_at(step)});
     worker.forward();
     worker.backward();
     worker.synchronize();
@@ -101,7 +101,7 @@ BenchmarkResult run_benchmark(const Experiment& experiment, const Model& model,
     worker.synchronize();
     allreduce_ms += ms_between(t0, Clock::now());
     t0 = Clock::now();
-    worker.update(lr_at(step));
+    worker.update();
     worker.synchronize();
     update_ms += ms_between(t0, Clock::now());
   }

@@ -209,7 +209,7 @@ void Trainer::worker_main(std::shared_ptr<Shared> keep, int k) {
       }
       if (job == kStop) break;
       if (job == kTrain) {
-        sh.times[k] = worker.train_step(step, lr, want_metrics, enter);
+        sh.times[k] = worker.train_step({step, lr}, want_metrics, enter);
         if (k == 0 && want_metrics) worker.metrics(sh.metrics);
       } else if (job == kAverageState) {
         enter(Phase::reduce);

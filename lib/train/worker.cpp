@@ -85,6 +85,8 @@ OptimizerStep make_optimizer_step(const OptimizerConfig& opt, double lr, int64_t
   s.momentum = static_cast<float>(opt.momentum);
   s.nesterov = opt.nesterov;
   s.step = step + 1;
+  s.configured_epsilon = opt.epsilon;
+  s.tensorflow_epsilon = opt.epsilon_style == AdamEpsilon::tensorflow;
   if (opt.weight_decay_mode == WeightDecayMode::l2)
     s.l2 = static_cast<float>(opt.weight_decay);
   else
@@ -92,15 +94,23 @@ OptimizerStep make_optimizer_step(const OptimizerConfig& opt, double lr, int64_t
   return s;
 }
 
-void apply_optimizer_step(const OptimizerConfig& opt, const OptimizerStep& s, Replica& replica) {
+StepScalars step_values(const OptimizerConfig& opt, const StepContext& step) {
+  return step_scalars_at(make_optimizer_step(opt, step.lr, step.step), step.step, opt.epsilon,
+                         opt.epsilon_style == AdamEpsilon::tensorflow);
+}
+
+void apply_optimizer_step(const OptimizerConfig& opt, Replica& replica, StepScalars* step,
+                          bool advance) {
   const Model& model = replica.model();
   Backend& be = replica.backend();
+  // The constants only: the step's own values come from *step.
+  const OptimizerStep constants = make_optimizer_step(opt, 0.0, 0);
   if (opt.kind == OptimizerKind::adam)
-    be.adam_update(model.param_count(), model.decayed_count(), s, nullptr, replica.params(),
-                   replica.grads(), replica.moment1(), replica.moment2());
+    be.adam_update(model.param_count(), model.decayed_count(), constants, step, advance,
+                   replica.params(), replica.grads(), replica.moment1(), replica.moment2());
   else
-    be.sgd_update(model.param_count(), model.decayed_count(), s, replica.params(), replica.grads(),
-                  replica.moment1());
+    be.sgd_update(model.param_count(), model.decayed_count(), constants, step, advance,
+                  replica.params(), replica.grads(), replica.moment1());
 }
 
 double RunInputs::learning_rate(int64_t step, int64_t total_steps) const {
@@ -210,6 +220,9 @@ Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend>
   if (!init_state.empty())
     be.copy_to_device(replica_->state(), init_state.data(), init_state.size() * sizeof(float));
 
+  // The per-step values every training kernel reads, set by each step's first hop.
+  step_values_ = DeviceBuffer<StepScalars>(be, 1);
+  pass_.step_scalars = step_values_.data();
   pass_.seed = e.seed;
   pass_.global_n = in.plan.global_batch;
   if (e.train.batch_norm == BatchNormMode::sync && in.comm)
@@ -230,20 +243,17 @@ struct Worker::Graphs {
   // only when its copy has certainly run.
   static constexpr int kStagings = 4;
   Backend& be;
-  DeviceBuffer<StepScalars> scalars;
   DeviceBuffer<int32_t> ring;  // kRingSteps x slice, on the device
   int32_t* staging = nullptr;  // kStagings x kRingSteps x slice, page-locked host memory
   std::unique_ptr<Backend::Captured> step, update;
-  int64_t next_step = -1;   // the step the device's scalars hold; -1: not set
+  int64_t next_step = -1;   // the step the device's values hold after the last replay; -1: none
   double lr = 0;            // the learning rate they hold
   int64_t ring_first = -1;  // the ring holds steps [ring_first, ring_first + kRingSteps); -1: none
   // Uploads so far, and how many of them had certainly been copied at the last wait for the device
   // (counted, not stepped: a restore sends the step number back).
   uint64_t uploads = 0, uploads_done = 0;
   Graphs(Backend& backend, int slice)
-      : be(backend),
-        scalars(backend, 1),
-        ring(backend, static_cast<std::size_t>(kRingSteps) * slice) {
+      : be(backend), ring(backend, static_cast<std::size_t>(kRingSteps) * slice) {
     staging = static_cast<int32_t*>(be.allocate_host(sizeof(int32_t) * kStagings * ring.size()));
   }
   ~Graphs() { be.release_host(staging); }
@@ -276,24 +286,16 @@ const int32_t* Worker::slice_of(int64_t step) {
   return global_batch_.data() + slice_lo_;
 }
 
-StepTimes Worker::graph_step(int64_t step, double lr, const std::function<void(Phase)>& enter) {
+StepTimes Worker::graph_step(const StepContext& ctx, const std::function<void(Phase)>& enter) {
   const auto t0 = Clock::now();
   enter(Phase::data);
   Backend& be = *backend_;
-  const OptimizerConfig& opt = inputs_->experiment.optimizer;
-  const bool tensorflow_epsilon = opt.epsilon_style == AdamEpsilon::tensorflow;
+  const int64_t step = ctx.step;
   if (!graphs_) {
     graphs_ = std::make_unique<Graphs>(be, slice_n_);
-    // Capture: the same hops as the eager step, reading the step scalars.
-    pass_.step_scalars = graphs_->scalars.data();
+    // Capture: the same hops as the eager step, reading the same step values; the update's last
+    // block moves them on to the next step's.
     const int pixels = inputs_->data->train.pixels_per_image();
-    auto capture_update = [&] {
-      const OptimizerStep constants = make_optimizer_step(opt, 0.0, 0);
-      be.adam_update_and_advance(inputs_->model.param_count(), inputs_->model.decayed_count(),
-                                 constants, graphs_->scalars.data(), replica_->params(),
-                                 replica_->grads(), replica_->moment1(), replica_->moment2(),
-                                 opt.epsilon, tensorflow_epsilon);
-    };
     // The step's gather is the forward pass's: an engine that fuses it into the first convolution
     // (FusedKind::gathered_convolution) runs one launch fewer.
     BatchGather gather;
@@ -302,7 +304,7 @@ StepTimes Worker::graph_step(int64_t step, double lr, const std::function<void(P
     gather.pixels = pixels;
     gather.ring = graphs_->ring.data();
     gather.ring_steps = Graphs::kRingSteps;
-    gather.step = graphs_->scalars.data();
+    gather.step = step_values_.data();
     gather.x = replica_->input();
     gather.y = replica_->labels();
     be.begin_capture();
@@ -310,22 +312,20 @@ StepTimes Worker::graph_step(int64_t step, double lr, const std::function<void(P
     forward();
     pass_.gather = nullptr;
     backward();
-    if (!sums_across_replicas()) capture_update();
+    if (!sums_across_replicas()) update(/*advance=*/true);
     graphs_->step = be.end_capture();
     if (sums_across_replicas()) {
       be.begin_capture();
-      capture_update();
+      update(/*advance=*/true);
       graphs_->update = be.end_capture();
     }
-    pass_.step_scalars = nullptr;  // the graphs hold it; eager passes take the step by value
   }
   Graphs& g = *graphs_;
-  // The scalars follow on the device from step to step at a constant learning rate; otherwise the
+  // The values follow on the device from step to step at a constant learning rate; otherwise the
   // host sets them with its own rules (a kernel argument: nothing waits).
-  if (g.next_step != step || g.lr != lr) {
-    be.step_scalars_set(g.scalars.data(), step_scalars_at(make_optimizer_step(opt, lr, step), step,
-                                                          opt.epsilon, tensorflow_epsilon));
-    g.lr = lr;
+  if (g.next_step != step || g.lr != ctx.lr) {
+    set_step_values(ctx);
+    g.lr = ctx.lr;
   }
   g.next_step = step + 1;
   // The step's indices: in the device ring since its last fill, unless the step lies outside it;
@@ -353,11 +353,31 @@ StepTimes Worker::graph_step(int64_t step, double lr, const std::function<void(P
   return times;
 }
 
-void Worker::gather(int64_t step) {
+BatchGather Worker::resident_batch(const uint8_t* pixels, const uint8_t* labels,
+                                   int pixels_per_image, const int32_t* indices) const {
+  BatchGather b;
+  b.images = pixels;
+  b.labels = labels;
+  b.pixels = pixels_per_image;
+  b.ring = indices;
+  b.x = replica_->input();
+  b.y = replica_->labels();
+  return b;
+}
+
+void Worker::set_step_values(const StepContext& ctx) {
+  backend_->step_scalars_set(step_values_.data(), step_values(inputs_->experiment.optimizer, ctx));
+}
+
+void Worker::gather(const StepContext& ctx) {
   const Dataset& data = *inputs_->data;
   Backend& be = *backend_;
   const int pixels = data.train.pixels_per_image();
-  pass_.step = static_cast<uint32_t>(step);
+  const int64_t step = ctx.step;
+  // The eager step sets its values every step (one launch) and its update leaves them as they
+  // are, so a pass after the update (train.log_after_update) still reads this step's.
+  set_step_values(ctx);
+  if (graphs_) graphs_->next_step = -1;
   const int32_t* slice = slice_of(step);
   if (shifted_) {
     const Experiment& e = inputs_->experiment;
@@ -367,12 +387,14 @@ void Worker::gather(int64_t step) {
                       shifted_->host_pixels.size());
     be.copy_to_device(shifted_->labels.data(), shifted_->host_labels.data(),
                       shifted_->host_labels.size());
-    be.gather_batch(shifted_->pixels.data(), shifted_->labels.data(), pixels,
-                    shifted_->in_order.data(), slice_n_, replica_->input(), replica_->labels());
+    be.gather_batch(resident_batch(shifted_->pixels.data(), shifted_->labels.data(), pixels,
+                                   shifted_->in_order.data()),
+                    slice_n_);
   } else {
     be.copy_to_device(indices_.data(), slice, sizeof(int32_t) * slice_n_);
-    be.gather_batch(train_pixels_.data(), train_labels_.data(), pixels, indices_.data(), slice_n_,
-                    replica_->input(), replica_->labels());
+    be.gather_batch(
+        resident_batch(train_pixels_.data(), train_labels_.data(), pixels, indices_.data()),
+        slice_n_);
   }
 }
 
@@ -394,12 +416,15 @@ void Worker::all_reduce() {
                                   replica_->reduce_count());
 }
 
-void Worker::update(double lr) {
-  const OptimizerConfig& opt = inputs_->experiment.optimizer;
-  apply_optimizer_step(opt, make_optimizer_step(opt, lr, pass_.step), *replica_);
+void Worker::update() {
+  update(/*advance=*/false);
 }
 
-StepTimes Worker::train_step(int64_t step, double lr, bool want_metrics,
+void Worker::update(bool advance) {
+  apply_optimizer_step(inputs_->experiment.optimizer, *replica_, step_values_.data(), advance);
+}
+
+StepTimes Worker::train_step(const StepContext& ctx, bool want_metrics,
                              const PhaseCallback& on_phase) {
   auto enter = [&](Phase p) {
     if (on_phase) on_phase(p);
@@ -408,11 +433,11 @@ StepTimes Worker::train_step(int64_t step, double lr, bool want_metrics,
   if (can_capture()) {
     // The hops run inside the captured graphs; each phase is entered before the launch that
     // holds it, so hooks and the watchdog see the same sequence as eagerly.
-    const StepTimes times = graph_step(step, lr, enter);
+    const StepTimes times = graph_step(ctx, enter);
     return times;
   }
   enter(Phase::data);
-  gather(step);
+  gather(ctx);
   enter(Phase::forward);
   forward();
   enter(Phase::backward);
@@ -422,7 +447,7 @@ StepTimes Worker::train_step(int64_t step, double lr, bool want_metrics,
   all_reduce();
   const auto t2 = Clock::now();
   enter(Phase::update);
-  update(lr);
+  update();
   if (want_metrics && inputs_->experiment.train.log_after_update) {
     // TensorFlow 1's display in the seed: after the update, a second training-mode pass over the
     // same batch (batch statistics and dropout; the running statistics move).
@@ -475,8 +500,9 @@ void Worker::gather_test(int begin, int n) {
               begin + n, test.count, replica_->max_batch());
   for (int i = 0; i < n; ++i) host_indices_[i] = begin + i;
   backend_->copy_to_device(indices_.data(), host_indices_.data(), sizeof(int32_t) * n);
-  backend_->gather_batch(test_pixels_.data(), test_labels_.data(), test.pixels_per_image(),
-                         indices_.data(), n, replica_->input(), replica_->labels());
+  backend_->gather_batch(resident_batch(test_pixels_.data(), test_labels_.data(),
+                                        test.pixels_per_image(), indices_.data()),
+                         n);
   pass_.n = n;
   pass_.training = false;
   pass_.first_sample = 0;

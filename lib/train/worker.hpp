@@ -4,26 +4,29 @@
 // main thread. All three go through the same set-up (backend, replica, dataset upload, weights) and
 // the same step, so the benchmark times exactly what training runs.
 //
-// One training step s of worker k (Worker::train_step(s, ...)):
-//   gather     its slice [slice_begin[k], slice_begin[k+1]) of step s's global batch, drawn from
-//              its own batch source (RunInputs::make_batch_source), on its device
+// One training step s at learning rate lr of worker k (Worker::train_step({s, lr}, ...)):
+//   gather     step s's values (StepScalars: the step, lr, bias corrections, epsilon) into device
+//              memory, one launch, and its slice [slice_begin[k], slice_begin[k+1]) of step s's
+//              global batch, drawn from its own batch source (RunInputs::make_batch_source)
 //   forward    every layer + loss (sync batch norm all-reduces statistics here)
 //   backward   gradients of (per-sample loss sum) / global batch into the flat gradient buffer
 //   all_reduce one sum over [gradients | loss sum, correct, samples] across every replica
-//   update     make_optimizer_step + apply_optimizer_step: the same update on every replica
-// Each hop is a method of its own, so a caller can time, watch or capture them one by one.
+//   update     apply_optimizer_step: the same update on every replica
+// Each hop is a method of its own, so a caller can time, watch or capture them one by one. Only
+// gather takes the step (StepContext); every later hop's kernels read the step's values where
+// gather put them, so the hops have one signature eager and captured.
 //
 // train.cuda_graph on a backend that captures (CUDA): the step's device work is captured once and
 // replayed. The per-step values (dropout's step, Adam's bias corrections, epsilon, learning rate)
-// live in a StepScalars on the device, advanced there by the last kernel of each replay; the host
-// sets them only when they do not follow (the first step, after a restore, a learning rate the
+// live in the same StepScalars on the device, advanced there by the last kernel of each replay; the
+// host sets them only when they do not follow (the first step, after a restore, a learning rate the
 // schedule changed). The captured gather reads the slice's indices from a device ring of 64 steps,
 // which the worker fills from its batch source in one queued copy every 64 steps; nothing waits.
 // With one replica the step is one graph (there is nothing to sum); with several, the all-reduce
 // runs between the graph of gather, forward and backward and the graph of the update. Eager
 // instead: data.random_shift (host-side augmentation), sync batch norm over several replicas
-// (collectives inside the forward pass), log_after_update, SGD (its update takes its values by
-// value), and every backend that cannot capture.
+// (collectives inside the forward pass), log_after_update, SGD (no test pins its captured step
+// yet), and every backend that cannot capture.
 
 #include <cstdint>
 #include <functional>
@@ -58,11 +61,22 @@ inline constexpr int64_t kMaxSteps = int64_t{1} << 31;
 // Throws ConfigError when the global batch or the step count is beyond what the run represents.
 BatchPlan plan_batches(const TrainConfig& train, int replicas, int train_size);
 
+// What a training step's hops are told: its 0-based number and its learning rate.
+struct StepContext {
+  int64_t step = 0;
+  double lr = 0;
+};
+
 // The optimizer's one home. The update of step `step` (0-based) at learning rate `lr` for the
 // config's optimizer (Adam or SGD, its betas / momentum, epsilon style, weight decay mode).
 OptimizerStep make_optimizer_step(const OptimizerConfig& config, double lr, int64_t step);
-// Applies `s` to the replica's flat parameters from its flat gradients, updating its moments.
-void apply_optimizer_step(const OptimizerConfig& config, const OptimizerStep& s, Replica& replica);
+// The values step `step` puts in device memory for its kernels (Backend::step_scalars_set).
+StepScalars step_values(const OptimizerConfig& config, const StepContext& step);
+// The update of the step whose values are in *step (the replica's backend memory) on the
+// replica's flat parameters from its flat gradients, updating its moments; with `advance` it
+// leaves the next step's values there (the end of a step captured once and replayed).
+void apply_optimizer_step(const OptimizerConfig& config, Replica& replica, StepScalars* step,
+                          bool advance);
 
 // Everything every worker of a run reads, for the whole run. Workers hold it by shared pointer, so
 // a worker the watchdog had to leave behind inside a device call still owns all it can touch when
@@ -114,16 +128,16 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   // ---- the training step, hop by hop --------------------------------------------------------
-  // `step`: 0-based; the batch is the worker's batch source's for that step.
-  void gather(int64_t step);
+  // The batch is the worker's batch source's for step.step.
+  void gather(const StepContext& step);
   void forward();
   void backward();
   void all_reduce();  // the flat gradients and the metric slots, summed over every replica
-  void update(double lr);
+  void update();
   // The whole step: the hops above in order, `on_phase` called before each. With `want_metrics`
   // the summed metric slots are ready for metrics() afterwards (after one more training-mode pass
   // with train.log_after_update). Without them nothing waits for the device.
-  StepTimes train_step(int64_t step, double lr, bool want_metrics,
+  StepTimes train_step(const StepContext& step, bool want_metrics,
                        const PhaseCallback& on_phase = nullptr);
 
   // ---- around the steps ---------------------------------------------------------------------
@@ -164,7 +178,14 @@ class Worker {
   // True when there is more than one replica to sum over: every collective hop is skipped
   // otherwise, which for one replica changes no value and saves a communicator call per step.
   bool sums_across_replicas() const { return inputs_->comm && inputs_->replicas > 1; }
-  StepTimes graph_step(int64_t step, double lr, const std::function<void(Phase)>& enter);
+  StepTimes graph_step(const StepContext& step, const std::function<void(Phase)>& enter);
+  // The step's values into step_values_ (one launch).
+  void set_step_values(const StepContext& step);
+  // The update hop; `advance` only in the captured step (see apply_optimizer_step).
+  void update(bool advance);
+  // A gather of the resident images at `indices` (device memory) into the replica's input.
+  BatchGather resident_batch(const uint8_t* pixels, const uint8_t* labels, int pixels_per_image,
+                             const int32_t* indices) const;
   // This worker's slice of step `step`'s global batch (valid until the next call).
   const int32_t* slice_of(int64_t step);
   // Test images [begin, begin + n) into the replica's input, and the pass set to evaluation mode.
@@ -182,6 +203,7 @@ class Worker {
   std::vector<int32_t> global_batch_;  // the last step's global batch, drawn by slice_of
   std::unique_ptr<Shifted> shifted_;
   std::unique_ptr<Graphs> graphs_;
+  DeviceBuffer<StepScalars> step_values_;  // the step's values, which every training kernel reads
   PassContext pass_;
 };
 

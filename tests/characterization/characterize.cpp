@@ -113,7 +113,7 @@ uint64_t characterize(const Experiment& base, const Model& model,
   Worker worker(inputs, std::move(backend), 0, 0);
   Fnv1a hash;
   for (int64_t step = 0; step < kSteps; ++step) {
-    worker.train_step(step, inputs->learning_rate(step, inputs->plan.steps), true);
+    worker.train_step({step, inputs->learning_rate(step, inputs->plan.steps)}, true);
     float metrics[kMetricSlots];
     worker.metrics(metrics);
     hash.add(metrics, sizeof metrics);

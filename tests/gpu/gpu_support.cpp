@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "backend/optimizer_rule.hpp"
 #include "build_info.hpp"
 #include "config/experiment.hpp"
 #include "model/layers.hpp"
@@ -71,6 +72,10 @@ std::vector<int32_t> random_ints(std::size_t n, uint32_t seed, int lo, int hi) {
   std::vector<int32_t> v(n);
   for (auto& x : v) x = dist(rng);
   return v;
+}
+
+mnist::StepScalars step_values_for(const mnist::OptimizerStep& s, int64_t step) {
+  return mnist::step_scalars_at(s, step, s.epsilon, /*tensorflow_epsilon=*/false);
 }
 
 Twin<float> poisoned(mnist::Backend& gpu_backend, std::size_t n) {
@@ -162,7 +167,12 @@ ReplicaRun run_replica(mnist::Backend& be, const std::string& yaml, bool sync) {
   ctx.n = n;
   ctx.global_n = n;
   ctx.seed = e.seed;
-  ctx.step = 3;
+  // Step 3's values, in the backend's memory as the worker keeps them (dropout reads the step).
+  mnist::StepScalars values;
+  values.step = 3;
+  mnist::DeviceBuffer<mnist::StepScalars> on_device(be, 1);
+  be.step_scalars_set(on_device.data(), values);
+  ctx.step_scalars = on_device.data();
   if (sync) ctx.all_reduce_sum = [&out](float*, std::size_t) { ++out.all_reduces; };
   r.reset_metrics();
   r.forward_train(ctx, 1.0f / n);

@@ -57,6 +57,16 @@ Twin<T> upload(mnist::Backend& gpu_backend, const std::vector<T>& host) {
   return t;
 }
 
+// A step's values on both sides, in each backend's memory, as a training step keeps them (every
+// kernel that needs the step, the learning rate or the bias corrections reads them there).
+inline Twin<mnist::StepScalars> step_values_on(mnist::Backend& gpu_backend,
+                                               const mnist::StepScalars& values) {
+  return upload(gpu_backend, std::vector<mnist::StepScalars>{values});
+}
+// The values of 0-based step `step` for the by-value update `s` (its lr, betas, epsilon as given,
+// decay): what the host sets for that step (optimizer_rule.hpp's step_scalars_at).
+mnist::StepScalars step_values_for(const mnist::OptimizerStep& s, int64_t step);
+
 // Outputs filled with NaN (floats) or a sentinel (ints) on both sides, so an element a kernel
 // forgets to write fails the comparison.
 Twin<float> poisoned(mnist::Backend& gpu_backend, std::size_t n);

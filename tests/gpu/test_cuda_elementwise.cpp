@@ -82,8 +82,12 @@ TEST_CASE("gather_batch matches the CPU", "[gpu][gather]") {
     auto indices = upload(g, random_ints(n, 13 + n, 0, kImages - 1));
     auto x = poisoned(g, static_cast<std::size_t>(n) * kPixels);
     auto y = poisoned_ints(g, n);
-    cpu().gather_batch(d_images.c(), d_labels.c(), kPixels, indices.c(), n, x.c(), y.c());
-    g.gather_batch(d_images.g(), d_labels.g(), kPixels, indices.g(), n, x.g(), y.g());
+    mnist::BatchGather on_cpu{d_images.c(), d_labels.c(), kPixels, indices.c(), 1,
+                              nullptr,      x.c(),        y.c()};
+    mnist::BatchGather on_gpu{d_images.g(), d_labels.g(), kPixels, indices.g(), 1,
+                              nullptr,      x.g(),        y.g()};
+    cpu().gather_batch(on_cpu, n);
+    g.gather_batch(on_gpu, n);
     // Dividing by 255 or multiplying by 1/255 may differ in the last bit.
     expect_close(g, x, 0.0, 1.2e-7, "gather_batch images");
     expect_equal(g, y, "gather_batch labels");
@@ -95,6 +99,9 @@ TEST_CASE("dropout masks are bit-identical to the CPU and to the Philox contract
   Backend& g = gpu();
   const mnist::RngKey key = mnist::make_rng_key(42, 3);
   const uint32_t step = 17, first_sample = 1234;
+  mnist::StepScalars values;
+  values.step = step;
+  const auto at = step_values_on(g, values);
   for (float rate : {0.5f, 0.25f}) {
     for (int n : kSizes) {
       for (int per_sample : {100, 7}) {
@@ -103,8 +110,8 @@ TEST_CASE("dropout masks are bit-identical to the CPU and to the Philox contract
         // Nonzero inputs: a zero output then means "dropped" and nothing else.
         auto x = upload(g, random_floats(total, 21 + n, 0.5f, 1.5f));
         auto y = poisoned(g, total);
-        cpu().dropout_forward(n, per_sample, rate, key, step, nullptr, first_sample, x.c(), y.c());
-        g.dropout_forward(n, per_sample, rate, key, step, nullptr, first_sample, x.g(), y.g());
+        cpu().dropout_forward(n, per_sample, rate, key, at.c(), first_sample, x.c(), y.c());
+        g.dropout_forward(n, per_sample, rate, key, at.g(), first_sample, x.g(), y.g());
         expect_close(g, y, 0.0, 1e-6, "dropout_forward");
         const auto got = download(g, y.gpu), want = download(cpu(), y.cpu);
         std::size_t mask_mismatch = 0, contract_mismatch = 0, kept = 0;
@@ -127,9 +134,8 @@ TEST_CASE("dropout masks are bit-identical to the CPU and to the Philox contract
         }
         auto dy = upload(g, random_floats(total, 22 + n, -1.0f, 1.0f));
         auto dx = poisoned(g, total);
-        cpu().dropout_backward(n, per_sample, rate, key, step, nullptr, first_sample, dy.c(),
-                               dx.c());
-        g.dropout_backward(n, per_sample, rate, key, step, nullptr, first_sample, dy.g(), dx.g());
+        cpu().dropout_backward(n, per_sample, rate, key, at.c(), first_sample, dy.c(), dx.c());
+        g.dropout_backward(n, per_sample, rate, key, at.g(), first_sample, dy.g(), dx.g());
         expect_close(g, dx, 0.0, 1e-6, "dropout_backward");
       }
     }
@@ -184,10 +190,10 @@ TEST_CASE("Adam and SGD steps match the CPU over several steps", "[gpu][optimize
       auto m = upload(g, std::vector<float>(n, 0.0f));
       auto v = upload(g, std::vector<float>(n, 0.0f));
       for (int step = 1; step <= 3; ++step) {
-        s.step = step;
+        auto values = step_values_on(g, step_values_for(s, step - 1));
         auto grads = upload(g, random_floats(n, 50 * step + n, -1.0f, 1.0f));
-        cpu().adam_update(n, n_decay, s, nullptr, params.c(), grads.c(), m.c(), v.c());
-        g.adam_update(n, n_decay, s, nullptr, params.g(), grads.g(), m.g(), v.g());
+        cpu().adam_update(n, n_decay, s, values.c(), false, params.c(), grads.c(), m.c(), v.c());
+        g.adam_update(n, n_decay, s, values.g(), false, params.g(), grads.g(), m.g(), v.g());
       }
       expect_close(g, params, 1e-6, 1e-5, "adam params");
       expect_close(g, m, 1e-7, 1e-5, "adam m");
@@ -206,10 +212,10 @@ TEST_CASE("Adam and SGD steps match the CPU over several steps", "[gpu][optimize
       auto params = upload(g, random_floats(n, 61 + n, -1.0f, 1.0f));
       auto velocity = upload(g, std::vector<float>(n, 0.0f));
       for (int step = 1; step <= 3; ++step) {
-        s.step = step;
+        auto values = step_values_on(g, step_values_for(s, step - 1));
         auto grads = upload(g, random_floats(n, 70 * step + n, -1.0f, 1.0f));
-        cpu().sgd_update(n, n_decay, s, params.c(), grads.c(), velocity.c());
-        g.sgd_update(n, n_decay, s, params.g(), grads.g(), velocity.g());
+        cpu().sgd_update(n, n_decay, s, values.c(), false, params.c(), grads.c(), velocity.c());
+        g.sgd_update(n, n_decay, s, values.g(), false, params.g(), grads.g(), velocity.g());
       }
       expect_close(g, params, 1e-6, 1e-5, "sgd params");
       expect_close(g, velocity, 1e-6, 1e-5, "sgd velocity");

@@ -53,29 +53,26 @@ mnist::DeviceBuffer<float> cpu_scratch(int n, int c) {
       cpu(), cpu().fused().workspace_floats(mnist::FusedShape::dense_block(n, c)));
 }
 
-// A dropout for both sides, its step given directly or through a StepScalars in each backend's
-// memory (where a step captured once and replayed reads it; `step` is then ignored).
+// A dropout for both sides, its step in a StepScalars in each backend's memory.
 struct Dropout {
   mnist::DeviceBuffer<StepScalars> cpu_scalars, gpu_scalars;
   DropoutArgs cpu_args, gpu_args;
-  Dropout(Backend& g, float rate, bool from_scalars, uint32_t first_sample) {
+  // Every dropout reads its step from the step's values in device memory; `later_step` picks
+  // which step they hold.
+  Dropout(Backend& g, float rate, bool later_step, uint32_t first_sample) {
     DropoutArgs a;
     a.rate = rate;
     a.key = mnist::make_rng_key(42, 0x2000u + 10);
-    a.step = 5;
     a.first_sample = first_sample;
     cpu_args = gpu_args = a;
-    if (from_scalars) {
-      cpu_scalars = mnist::DeviceBuffer<StepScalars>(cpu(), 1);
-      gpu_scalars = mnist::DeviceBuffer<StepScalars>(g, 1);
-      StepScalars s;
-      s.step = 11;
-      cpu().step_scalars_set(cpu_scalars.data(), s);
-      g.step_scalars_set(gpu_scalars.data(), s);
-      cpu_args.step_scalars = cpu_scalars.data();
-      gpu_args.step_scalars = gpu_scalars.data();
-      cpu_args.step = gpu_args.step = 0;  // must not be used
-    }
+    cpu_scalars = mnist::DeviceBuffer<StepScalars>(cpu(), 1);
+    gpu_scalars = mnist::DeviceBuffer<StepScalars>(g, 1);
+    StepScalars s;
+    s.step = later_step ? 11 : 5;
+    cpu().step_scalars_set(cpu_scalars.data(), s);
+    g.step_scalars_set(gpu_scalars.data(), s);
+    cpu_args.step_scalars = cpu_scalars.data();
+    gpu_args.step_scalars = gpu_scalars.data();
   }
 };
 
@@ -90,7 +87,7 @@ std::vector<float> cpu_apply(int n, int c, const float* x, const std::vector<flo
   be.batch_norm_apply(mnist::ChannelGeom{n, c, 1}, x, m.c(), is.c(), gamma, beta, y.data());
   be.relu_forward(y.size(), y.data(), y.data());
   if (dropout) {
-    be.dropout_forward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+    be.dropout_forward(n, c, dropout->rate, dropout->key, dropout->step_scalars,
                        dropout->first_sample, y.data(), y.data());
   }
   return download(be, y);
@@ -108,7 +105,7 @@ std::vector<float> cpu_backward_apply(int n, int c, const float* x, const float*
   mnist::DeviceBuffer<float> grad(be, v), relu(be, v), dx(be, v);
   const float* relu_dy = dy;
   if (dropout) {
-    be.dropout_backward(n, c, dropout->rate, dropout->key, dropout->step, dropout->step_scalars,
+    be.dropout_backward(n, c, dropout->rate, dropout->key, dropout->step_scalars,
                         dropout->first_sample, dy, grad.data());
     relu_dy = grad.data();
   }
@@ -129,16 +126,16 @@ TEST_CASE("the fused dense block matches the CPU chain", "[gpu][fused][dense_blo
   for (int n : {1, 2, 7, 33, 257}) {
     for (int c : {1, 7, 100, 129}) {
       // Every variant on the small sizes; on the larger ones (slow to emulate) those that
-      // change the kernels' path: dropout by value and from the step scalars, with and without
+      // change the kernels' path: dropout at two steps, with and without
       // the affine parameters.
       const bool small = n * c <= 700;
       for (int variant = 0; variant < 6; ++variant) {
         const bool dropout = variant % 3 != 0;
-        const bool from_scalars = variant % 3 == 2;
+        const bool later_step = variant % 3 == 2;
         const bool affine = variant >= 3;  // gamma and beta; else neither (beta alone: the seed)
         if (!small && variant != 1 && variant != 5) continue;
         INFO("n " << n << ", c " << c << ", dropout " << dropout
-                  << (from_scalars ? " (scalars)" : "") << ", gamma and beta " << affine);
+                  << (later_step ? " (later step)" : "") << ", gamma and beta " << affine);
         const uint32_t seed = 100 * n + 10 * c + variant;
         const std::size_t v = static_cast<std::size_t>(n) * c;
         auto x = upload(g, random_floats(v, seed, -2.0f, 2.0f));
@@ -149,7 +146,7 @@ TEST_CASE("the fused dense block matches the CPU chain", "[gpu][fused][dense_blo
         auto running_mean = upload(g, running_mean0);
         auto running_var = upload(g, running_var0);
         auto dy = upload(g, random_floats(v, seed + 5, -1.0f, 1.0f));
-        Dropout drop(g, 0.5f, from_scalars, 3);
+        Dropout drop(g, 0.5f, later_step, 3);
         const DropoutArgs* dc = dropout ? &drop.cpu_args : nullptr;
         const DropoutArgs* dg = dropout ? &drop.gpu_args : nullptr;
         const float* gc = affine ? gamma.c() : nullptr;

@@ -199,7 +199,7 @@ TEST_CASE(
         auto labels = upload(g, random_ints(n, seed + 7, 0, s.k - 1));
         mnist::DeviceBuffer<StepScalars> scalars_c(cpu(), 1), scalars_g(g, 1);
         StepScalars sc;
-        sc.step = 17;
+        sc.step = variant == 2 ? 17 : 5;
         cpu().step_scalars_set(scalars_c.data(), sc);
         g.step_scalars_set(scalars_g.data(), sc);
         DenseBlockInput bc, bg;
@@ -220,13 +220,9 @@ TEST_CASE(
           bc.has_dropout = bg.has_dropout = true;
           bc.dropout.rate = bg.dropout.rate = 0.5f;
           bc.dropout.key = bg.dropout.key = mnist::make_rng_key(42, 0x2000u + 12);
-          bc.dropout.step = bg.dropout.step = 5;
           bc.dropout.first_sample = bg.dropout.first_sample = 3;
-          if (variant == 2) {
-            bc.dropout.step_scalars = scalars_c.data();
-            bg.dropout.step_scalars = scalars_g.data();
-            bc.dropout.step = bg.dropout.step = 0;  // must not be used
-          }
+          bc.dropout.step_scalars = scalars_c.data();
+          bg.dropout.step_scalars = scalars_g.data();
         }
         auto dbn = poisoned(g, v);
         auto sum_dy = poisoned(g, s.c), sum_dy_xhat = poisoned(g, s.c);
@@ -256,7 +252,7 @@ TEST_CASE(
                                      bc.gamma, bc.beta, out);
               cpu().relu_forward(v, out, out);
               if (drop)
-                cpu().dropout_forward(n, s.c, drop->rate, drop->key, drop->step, drop->step_scalars,
+                cpu().dropout_forward(n, s.c, drop->rate, drop->key, drop->step_scalars,
                                       drop->first_sample, out, out);
             },
             v);
@@ -280,8 +276,8 @@ TEST_CASE(
             [&](const float* din, float* out) {
               const float* relu_dy = din;
               if (drop) {
-                cpu().dropout_backward(n, s.c, drop->rate, drop->key, drop->step,
-                                       drop->step_scalars, drop->first_sample, din, out);
+                cpu().dropout_backward(n, s.c, drop->rate, drop->key, drop->step_scalars,
+                                       drop->first_sample, din, out);
                 relu_dy = out;
               }
               mnist::DeviceBuffer<float> relu(cpu(), v);

@@ -132,8 +132,7 @@ TEST_CASE("the first convolution gathers the batch where it stages it: one launc
 
       // The two calls on the GPU.
       Outputs chain = outputs();
-      g.gather_batch(px.g(), lb.g(), pixels, ring.g(), ring_steps, step_gpu.data(), n, chain.x.g(),
-                     chain.labels.g());
+      g.gather_batch(gather_of(chain, true), n);
       const mnist::BatchNormFinalize finalize = finalize_of(chain, true);
       g.fused().conv2d_forward_stats(geo, chain.x.g(), w.g(), nullptr, chain.y.g(), chain.sums.g(),
                                      chain.sums.g() + k, &finalize, ws.data());
@@ -222,7 +221,14 @@ TEST_CASE("a convolution that cannot gather its batch gets it gathered first, wi
         g.fused().conv2d_forward_batch_norm_gathered(geo, b, w.g(), nullptr, y.g(), stats.g(),
                                                      stats.g() + 6, bn, ws.data());
       } else {
-        g.gather_batch(px.g(), lb.g(), pixels, indices.g(), n, x.g(), labels.g());
+        BatchGather b;
+        b.images = px.g();
+        b.labels = lb.g();
+        b.pixels = pixels;
+        b.ring = indices.g();
+        b.x = x.g();
+        b.y = labels.g();
+        g.gather_batch(b, n);
         g.fused().conv2d_forward_stats(geo, x.g(), w.g(), nullptr, y.g(), stats.g(), stats.g() + 6,
                                        &bn, ws.data());
       }

@@ -48,10 +48,14 @@ LaunchCounts counts(uint64_t kernels, uint64_t library_calls, uint64_t copies,
 // from the code. Since then the metric reset is a memset, not a kernel (51 kernels), and conv2's
 // two backward directions share one grid (Backend::conv2d_backward), as do each dense layer's two
 // backward products (Backend::dense_backward), and the direct convolutions' weight gradients are
-// summed by the blocks of their own launch: 46 kernels. The device
-// copies are the three batch norms' beta gradients (their sum of dy) and that memset; one more
-// copy brings the batch's indices from the host.
-constexpr uint64_t kSeedEagerStepKernels = 46;
+// summed by the blocks of their own launch: 46 kernels, the step's own work, which the captured
+// step replays as they are. The eager step launches one more: it sets the step's values (step,
+// learning rate, bias corrections, epsilon) in device memory, where every kernel reads them
+// (Backend::step_scalars_set), while the captured step's update advances them in its last block.
+// The device copies are the three batch norms' beta gradients (their sum of dy) and that memset;
+// one more copy brings the batch's indices from the host.
+constexpr uint64_t kSeedStepKernels = 46;
+constexpr uint64_t kSeedEagerStepKernels = kSeedStepKernels + 1;
 constexpr uint64_t kSeedEagerStepDeviceCopies = 4;
 
 // The fused engine's step of the seed network, captured as one graph and replayed (Worker with
@@ -60,7 +64,7 @@ constexpr uint64_t kSeedEagerStepDeviceCopies = 4;
 // 48 before the two conv blocks ran fused (bn_relu_pool_*, conv_block.cu), 36 after (six fewer
 // per block), 35 since the metric reset is a memset, 31 since each conv block's convolution also
 // reduces and finalizes its batch-norm statistics (conv2d_forward_batch_norm: one launch, was 3),
-// 29 since Adam's last block advances the step scalars (adam_update_and_advance) and conv2's two
+// 29 since Adam's last block advances the step scalars (adam_update with advance) and conv2's two
 // backward directions share one grid (conv2d_backward), 28 since dense1's do (dense_backward), 26
 // since the convolutions' weight gradients are summed inside their launch, 24 since each block's
 // batch-norm gradient is computed where its convolution's backward stages it
@@ -150,7 +154,9 @@ TEST_CASE("the eager native step of the seed network: its kernels and host waits
     DeviceBuffer<int32_t> indices(be, batch);
     std::vector<int32_t> host_indices(batch);
     float metrics[kMetricSlots];
+    DeviceBuffer<StepScalars> on_device(be, 1);
     PassContext pass;
+    pass.step_scalars = on_device.data();
     pass.n = batch;
     pass.global_n = batch;
     pass.seed = e.seed;
@@ -160,17 +166,20 @@ TEST_CASE("the eager native step of the seed network: its kernels and host waits
       const bool log_step = step == 2;
       // What the trainer's worker does for one step on one GPU (no all-reduce with one worker).
       const LaunchCounts c = counted(be, [&] {
+        be.step_scalars_set(on_device.data(), step_values(e.optimizer, {step, 1e-3}));
         be.copy_to_device(indices.data(), host_indices.data(), batch * sizeof(int32_t));
-        be.gather_batch(pixels.data(), labels.data(), 28 * 28, indices.data(), batch,
-                        replica.input(), replica.labels());
+        BatchGather gather;
+        gather.images = pixels.data();
+        gather.labels = labels.data();
+        gather.pixels = 28 * 28;
+        gather.ring = indices.data();
+        gather.x = replica.input();
+        gather.y = replica.labels();
+        be.gather_batch(gather, batch);
         replica.reset_metrics();
-        pass.step = static_cast<uint32_t>(step);
         replica.forward_train(pass, 1.0f / batch);
         replica.backward(pass);
-        OptimizerStep s;
-        s.step = step + 1;
-        be.adam_update(model.param_count(), model.decayed_count(), s, nullptr, replica.params(),
-                       replica.grads(), replica.moment1(), replica.moment2());
+        apply_optimizer_step(e.optimizer, replica, on_device.data(), /*advance=*/false);
         if (log_step) be.copy_to_host(metrics, replica.metrics(), sizeof metrics);
       });
       // Host waits: the batch's indices come from pageable memory every step, and a log step
@@ -202,14 +211,14 @@ TEST_CASE("bench reports the kernels, copies and host waits of a step, counted",
       CHECK(r.kernels_per_step == kSeedEagerStepKernels);
       CHECK(r.copies_per_step == kSeedEagerStepDeviceCopies + 1);
       CHECK(r.host_syncs_per_step == 1);
-      CHECK_THAT(text, Catch::Contains("per step (counted): kernels 46 (cuBLAS/cuDNN calls 0), "
+      CHECK_THAT(text, Catch::Contains("per step (counted): kernels 47 (cuBLAS/cuDNN calls 0), "
                                        "copies 5, host syncs 1"));
-      CHECK_THAT(benchmark_json(r), Catch::Contains("\"kernels_per_step\":46,"));
+      CHECK_THAT(benchmark_json(r), Catch::Contains("\"kernels_per_step\":47,"));
     } else {
-      // Replayed as one graph: the same kernels (Adam's last block advances the step scalars:
-      // adam_update_and_advance); the indices were sent up with the first step's (the device
+      // Replayed as one graph: the step's own kernels (Adam's last block advances the step's
+      // values, so none sets them); the indices were sent up with the first step's (the device
       // ring holds 64 steps), so nothing waits and no copy comes from the host.
-      CHECK(r.kernels_per_step == kSeedEagerStepKernels);
+      CHECK(r.kernels_per_step == kSeedStepKernels);
       CHECK(r.copies_per_step == kSeedEagerStepDeviceCopies);
       CHECK(r.host_syncs_per_step == 0);
     }
@@ -235,7 +244,7 @@ TEST_CASE(
     CAPTURE(step);
     const bool log_step = step % 3 == 2;
     const LaunchCounts before = worker.backend().counts();
-    worker.train_step(step, 1e-3, log_step);
+    worker.train_step({step, 1e-3}, log_step);
     float metrics[kMetricSlots];
     if (log_step) worker.metrics(metrics);
     const LaunchCounts c = worker.backend().counts() - before;

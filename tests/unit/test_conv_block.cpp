@@ -136,10 +136,12 @@ TEST_CASE("a replica with fused conv blocks computes what the separate layers co
     const auto x = cast_to<float>(random_values(n * model.input().size(), 4, 0, 1));
     be->copy_to_device(r.input(), x.data(), x.size() * sizeof(float));
     for (int i = 0; i < n; ++i) r.labels()[i] = i % 10;
+    StepScalars step_values;  // step 0 (the CPU backend's memory is the host's)
     PassContext ctx;
     ctx.n = n;
     ctx.global_n = n;
     ctx.seed = 3;
+    ctx.step_scalars = &step_values;
     r.reset_metrics();
     r.forward_train(ctx, 1.0f / n);
     r.backward(ctx);

@@ -45,7 +45,8 @@ TEST_CASE("a Worker stepping on its own trains bit for bit as the trainer's work
   auto alone = RunInputs::make(e, model, std::make_shared<const Dataset>(data), nullptr, 1);
   Worker worker(alone, backends(0), 0, 0);
   for (int64_t s = 0; s < e.train.steps; ++s)
-    worker.train_step(s, learning_rate_at(e.schedule, e.optimizer.lr, s, alone->plan.steps), false);
+    worker.train_step({s, learning_rate_at(e.schedule, e.optimizer.lr, s, alone->plan.steps)},
+                      false);
   CHECK(worker.snapshot().params == trained);
   // ...and the steps did something.
   CHECK(trained != model.initial_params(e.seed));

@@ -38,12 +38,6 @@ namespace {
 // Cache-line alignment: no false sharing between buffers, aligned vector loads.
 constexpr std::size_t kAlignment = 64;
 
-// Dropout's step: the StepScalars' when given (read in place: this backend's memory is the
-// host's), else the value.
-uint32_t step_of(uint32_t step, const StepScalars* step_scalars) {
-  return step_scalars ? static_cast<uint32_t>(step_scalars->step) : step;
-}
-
 // The CPU's fused kernels: the native engine's conv block (cpu/native/conv_block.cpp, the oracle
 // the CUDA conv block matches bit for bit); every other block runs the reference chains, which
 // are the CPU's twins of the CUDA fused kernels.
@@ -148,9 +142,13 @@ class CpuBackend final : public Backend {
     copy_to_device(dst, src, bytes);
   }
 
-  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
-                    const int32_t* indices, int n, float* x, int32_t* y) override {
-    cpu::gather_batch(images, labels, pixels, indices, n, x, y, threads_);
+  void gather_batch(const BatchGather& batch, int n) override {
+    MNIST_CHECK(batch.ring_steps >= 1, "{}: gather_batch from a ring of {} steps", name(),
+                batch.ring_steps);
+    // Per-step values live in this backend's memory, the host's: read in place.
+    const int64_t slot = batch.step ? batch.step->step % batch.ring_steps : 0;
+    cpu::gather_batch(batch.images, batch.labels, batch.pixels, batch.ring + slot * n, n, batch.x,
+                      batch.y, threads_);
   }
 
   std::size_t conv2d_workspace_floats(const Conv2dGeom& g) override {
@@ -232,17 +230,13 @@ class CpuBackend final : public Backend {
     cpu::dense_backward_weights(n, in, out, x, dy, dweight, dbias, threads_);
   }
 
-  void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                       const StepScalars* step_scalars, uint32_t first_sample, const float* x,
-                       float* y) override {
-    cpu::dropout_forward(n, per_sample, rate, key, step_of(step, step_scalars), first_sample, x, y,
-                         threads_);
+  void dropout_forward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                       uint32_t first_sample, const float* x, float* y) override {
+    cpu::dropout_forward(n, per_sample, rate, key, step_of(step), first_sample, x, y, threads_);
   }
-  void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                        const StepScalars* step_scalars, uint32_t first_sample, const float* dy,
-                        float* dx) override {
-    cpu::dropout_backward(n, per_sample, rate, key, step_of(step, step_scalars), first_sample, dy,
-                          dx, threads_);
+  void dropout_backward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                        uint32_t first_sample, const float* dy, float* dx) override {
+    cpu::dropout_backward(n, per_sample, rate, key, step_of(step), first_sample, dy, dx, threads_);
   }
 
   void softmax_cross_entropy(int n, int k, const float* logits, const int32_t* labels,
@@ -250,37 +244,39 @@ class CpuBackend final : public Backend {
     cpu::softmax_cross_entropy(n, k, logits, labels, grad_scale, dlogits, metrics, threads_);
   }
 
-  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                   const StepScalars* step_scalars, float* params, const float* grads, float* m,
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                   StepScalars* step, bool advance, float* params, const float* grads, float* m,
                    float* v) override {
-    if (step_scalars)
-      cpu::adam_update(n, n_decay, s, *step_scalars, params, grads, m, v, threads_);
-    else
-      cpu::adam_update(n, n_decay, s, params, grads, m, v, threads_);
+    cpu::adam_update(n, n_decay, constants, values_of(step), params, grads, m, v, threads_);
+    if (advance) advance_step(constants, step);
   }
-  void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
-                  const float* grads, float* velocity) override {
-    cpu::sgd_update(n, n_decay, s, params, grads, velocity, threads_);
+  void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                  StepScalars* step, bool advance, float* params, const float* grads,
+                  float* velocity) override {
+    cpu::sgd_update(n, n_decay, constants, values_of(step), params, grads, velocity, threads_);
+    if (advance) advance_step(constants, step);
   }
 
-  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels, const int32_t* ring,
-                    int ring_steps, const StepScalars* step, int n, float* x, int32_t* y) override {
-    MNIST_CHECK(ring_steps >= 1, "{}: gather_batch from a ring of {} steps", name(), ring_steps);
-    const int64_t slot = step->step % ring_steps;
-    gather_batch(images, labels, pixels, ring + slot * n, n, x, y);
-  }
   // Per-step values: this backend's memory is the host's, so they are read and written in place.
   void step_scalars_set(StepScalars* s, const StepScalars& values) override { *s = values; }
-  void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
-                            bool tensorflow_epsilon) override {
-    *s = step_scalars_next(*s, beta1, beta2, epsilon, tensorflow_epsilon);
-  }
 
   void scale(std::size_t n, float alpha, float* x) override { cpu::scale(n, alpha, x, threads_); }
   void add(std::size_t n, const float* x, float* y) override { cpu::add(n, x, y, threads_); }
 
  private:
   bool direct(const Conv2dGeom& g) const { return native_ && cpu::native::direct_conv_supports(g); }
+  // The step's values, which every caller keeps in this backend's memory (the host's).
+  const StepScalars& values_of(const StepScalars* step) const {
+    MNIST_CHECK(step, "{}: a step's values (StepScalars) are needed, got none", name());
+    return *step;
+  }
+  uint32_t step_of(const StepScalars* step) const {
+    return static_cast<uint32_t>(values_of(step).step);
+  }
+  static void advance_step(const OptimizerStep& constants, StepScalars* step) {
+    *step = step_scalars_next(*step, constants.beta1, constants.beta2, constants.configured_epsilon,
+                              constants.tensorflow_epsilon);
+  }
 
   int index_;
   int threads_;

@@ -40,17 +40,31 @@ void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& consta
                     constants.beta2, s.epsilon, s.c1, s.c2, params, grads, m, v, threads);
 }
 
+namespace {
 template <class T>
-void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, T* params,
-                const T* grads, T* velocity, int threads) {
-  MNIST_CHECK(n_decay <= n, "n_decay {} exceeds the {} parameters", n_decay, n);
-  const T mu = s.momentum, lr = s.lr;
-  const DecayRule<T> d = decay_rule<T>(s);
-  const bool nesterov = s.nesterov;
+void sgd_apply(std::size_t n, std::size_t n_decay, DecayRule<T> d, T lr, T mu, bool nesterov,
+               T* params, const T* grads, T* velocity, int threads) {
 #pragma omp parallel for simd num_threads(resolve_threads(threads)) \
     schedule(static) if (n >= kParallelMinElements)
   for (std::size_t i = 0; i < n; ++i)
     sgd_element(i < n_decay, d, lr, mu, nesterov, params[i], grads[i], velocity[i]);
+}
+}  // namespace
+
+template <class T>
+void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, T* params,
+                const T* grads, T* velocity, int threads) {
+  MNIST_CHECK(n_decay <= n, "n_decay {} exceeds the {} parameters", n_decay, n);
+  sgd_apply<T>(n, n_decay, decay_rule<T>(s), s.lr, s.momentum, s.nesterov, params, grads, velocity,
+               threads);
+}
+
+void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                const StepScalars& s, float* params, const float* grads, float* velocity,
+                int threads) {
+  MNIST_CHECK(n_decay <= n, "n_decay {} exceeds the {} parameters", n_decay, n);
+  sgd_apply<float>(n, n_decay, DecayRule<float>{constants.l2, s.shrink}, s.lr, constants.momentum,
+                   constants.nesterov, params, grads, velocity, threads);
 }
 
 #define MNIST_INSTANTIATE(T)                                                                     \

@@ -33,4 +33,10 @@ template <class T>
 void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, T* params,
                 const T* grads, T* velocity, int threads);
 
+// SGD with the learning rate and the decoupled decay factor taken from `s` (Backend::sgd_update);
+// momentum, nesterov and l2 from `constants`.
+void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                const StepScalars& s, float* params, const float* grads, float* velocity,
+                int threads);
+
 }  // namespace mnist::cpu

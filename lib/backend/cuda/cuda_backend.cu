@@ -236,17 +236,11 @@ class CudaBackend final : public Backend {
   }
 
   // ---- data -----------------------------------------------------------------------------------
-  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels,
-                    const int32_t* indices, int n, float* x, int32_t* y) override {
+  void gather_batch(const BatchGather& batch, int n) override {
     activate();
-    cuda::gather_batch(stream_, images, labels, pixels, indices, n, x, y);
-  }
-
-  void gather_batch(const uint8_t* images, const uint8_t* labels, int pixels, const int32_t* ring,
-                    int ring_steps, const StepScalars* step, int n, float* x, int32_t* y) override {
-    activate();
-    MNIST_CHECK(ring_steps >= 1, "{}: gather_batch from a ring of {} steps", name_, ring_steps);
-    cuda::gather_batch(stream_, images, labels, pixels, ring, ring_steps, step, n, x, y);
+    MNIST_CHECK(batch.ring_steps >= 1, "{}: gather_batch from a ring of {} steps", name_,
+                batch.ring_steps);
+    cuda::gather_batch(stream_, batch, n);
   }
 
   // ---- convolution (the engine's Convolutions; its chains where it does not fuse) -------------
@@ -369,19 +363,17 @@ class CudaBackend final : public Backend {
   }
 
   // ---- dropout --------------------------------------------------------------------------------
-  void dropout_forward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                       const StepScalars* step_scalars, uint32_t first_sample, const float* x,
-                       float* y) override {
+  void dropout_forward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                       uint32_t first_sample, const float* x, float* y) override {
     activate();
-    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, step_scalars, first_sample, x,
-                          y);
+    MNIST_CHECK(step, "{}: dropout_forward needs the step's values (StepScalars)", name_);
+    cuda::dropout_forward(stream_, n, per_sample, rate, key, step, first_sample, x, y);
   }
-  void dropout_backward(int n, int per_sample, float rate, RngKey key, uint32_t step,
-                        const StepScalars* step_scalars, uint32_t first_sample, const float* dy,
-                        float* dx) override {
+  void dropout_backward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,
+                        uint32_t first_sample, const float* dy, float* dx) override {
     activate();
-    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, step_scalars, first_sample, dy,
-                           dx);
+    MNIST_CHECK(step, "{}: dropout_backward needs the step's values (StepScalars)", name_);
+    cuda::dropout_backward(stream_, n, per_sample, rate, key, step, first_sample, dy, dx);
   }
 
   // ---- loss -----------------------------------------------------------------------------------
@@ -393,41 +385,27 @@ class CudaBackend final : public Backend {
   }
 
   // ---- optimizers -----------------------------------------------------------------------------
-  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                   const StepScalars* step_scalars, float* params, const float* grads, float* m,
+  void adam_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                   StepScalars* step, bool advance, float* params, const float* grads, float* m,
                    float* v) override {
     activate();
-    MNIST_CHECK(n_decay <= n, "{}: adam_update with n_decay {} > n {}", name_, n_decay, n);
-    if (step_scalars)
-      return cuda::adam_update(stream_, n, n_decay, s, step_scalars, params, grads, m, v);
-    MNIST_CHECK(s.step >= 1, "{}: adam_update needs a 1-based step, got {}", name_, s.step);
-    cuda::adam_update(stream_, n, n_decay, s, params, grads, m, v);
+    check_update("adam_update", n, n_decay, step);
+    cuda::adam_update(stream_, n, n_decay, constants, step, advance, params, grads, m, v,
+                      block_counter_);
   }
-  void adam_update_and_advance(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
-                               StepScalars* s, float* params, const float* grads, float* m,
-                               float* v, double epsilon, bool tensorflow_epsilon) override {
+  void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& constants,
+                  StepScalars* step, bool advance, float* params, const float* grads,
+                  float* velocity) override {
     activate();
-    MNIST_CHECK(n_decay <= n, "{}: adam_update_and_advance with n_decay {} > n {}", name_, n_decay,
-                n);
-    cuda::adam_update_and_advance(stream_, n, n_decay, constants, s, params, grads, m, v, epsilon,
-                                  tensorflow_epsilon, block_counter_);
-  }
-  void sgd_update(std::size_t n, std::size_t n_decay, const OptimizerStep& s, float* params,
-                  const float* grads, float* velocity) override {
-    activate();
-    MNIST_CHECK(n_decay <= n, "{}: sgd_update with n_decay {} > n {}", name_, n_decay, n);
-    cuda::sgd_update(stream_, n, n_decay, s, params, grads, velocity);
+    check_update("sgd_update", n, n_decay, step);
+    cuda::sgd_update(stream_, n, n_decay, constants, step, advance, params, grads, velocity,
+                     block_counter_);
   }
 
   // ---- per-step values in device memory -------------------------------------------------------
   void step_scalars_set(StepScalars* s, const StepScalars& values) override {
     activate();
     cuda::step_scalars_set(stream_, s, values);
-  }
-  void step_scalars_advance(StepScalars* s, float beta1, float beta2, double epsilon,
-                            bool tensorflow_epsilon) override {
-    activate();
-    cuda::step_scalars_advance(stream_, s, beta1, beta2, epsilon, tensorflow_epsilon);
   }
 
   // ---- capture and replay (CUDA graphs) -------------------------------------------------------
@@ -485,6 +463,11 @@ class CudaBackend final : public Backend {
   }
 
   void activate() { MNIST_CUDA_CHECK(cudaSetDevice(ordinal_)); }
+  void check_update(const char* op, std::size_t n, std::size_t n_decay,
+                    const StepScalars* step) const {
+    MNIST_CHECK(n_decay <= n, "{}: {} with n_decay {} > n {}", name_, op, n_decay, n);
+    MNIST_CHECK(step, "{}: {} needs the step's values (StepScalars)", name_, op);
+  }
   // The fields of StreamCounts paired with LaunchCounts', listed once for every copy between them.
   // (`Counters`: a StreamCounts, const when only read.)
   template <class Counters, class F>

@@ -15,13 +15,12 @@
 
 namespace mnist::cuda {
 
-// The dropout that ends the block, as the kernels take it. The step comes from *step_from when the
-// kernel runs (a step captured once and replayed) when that is not nullptr.
+// The dropout that ends the block, as the kernels take it. The step comes from step_from->step
+// (device memory) when the kernel runs.
 struct DropoutTerms {
   bool on = false;
   float rate = 0.0f, scale = 1.0f;
   RngKey key{};
-  uint32_t step = 0;
   const StepScalars* step_from = nullptr;
   uint32_t first_sample = 0;
 };
@@ -34,14 +33,14 @@ inline DropoutTerms dropout_terms(const DropoutArgs* d) {
   // dropout_forward's keep scale, 1 / (1 - rate) in float, as the CPU computes it.
   t.scale = 1.0f / (1.0f - d->rate);
   t.key = d->key;
-  t.step = d->step;
   t.step_from = d->step_scalars;
   t.first_sample = d->first_sample;
   return t;
 }
 
+// 0 when there is no dropout (nothing reads it then).
 __device__ __forceinline__ uint32_t dropout_step(const DropoutTerms& d) {
-  return d.step_from ? static_cast<uint32_t>(d.step_from->step) : d.step;
+  return d.on ? static_cast<uint32_t>(d.step_from->step) : 0u;
 }
 
 // dropout_forward / dropout_backward of one value: v * scale where the mask keeps it, else 0.

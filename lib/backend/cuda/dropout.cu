@@ -1,8 +1,8 @@
 // Dropout: one grid-stride loop over n * per_sample elements; each element draws its own Philox
 // block from (step, global sample, element), so the mask is independent of the launch shape, of the
 // device and of how the batch was split between workers. Forward and backward regenerate the same
-// mask instead of storing it. The step comes by value, or from a StepScalars in device memory
-// (a step captured once and replayed): then every thread reads it there.
+// mask instead of storing it. The step comes from the step's StepScalars in device memory, where
+// every thread reads it (the same kernel eager and in a step captured once and replayed).
 #include "backend/cuda/dropout.hpp"
 
 #include "backend/cuda/cuda_check.hpp"
@@ -27,17 +27,17 @@ __device__ __forceinline__ void apply_mask(int n, int per_sample, float rate, fl
 }
 
 __global__ void dropout_forward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
-                                       uint32_t step, const StepScalars* step_from,
-                                       uint32_t first_sample, const float* x, float* y) {
-  if (step_from) step = static_cast<uint32_t>(step_from->step);
-  apply_mask(n, per_sample, rate, scale, key, step, first_sample, x, y);
+                                       const StepScalars* step, uint32_t first_sample,
+                                       const float* x, float* y) {
+  apply_mask(n, per_sample, rate, scale, key, static_cast<uint32_t>(step->step), first_sample, x,
+             y);
 }
 
 __global__ void dropout_backward_kernel(int n, int per_sample, float rate, float scale, RngKey key,
-                                        uint32_t step, const StepScalars* step_from,
-                                        uint32_t first_sample, const float* dy, float* dx) {
-  if (step_from) step = static_cast<uint32_t>(step_from->step);
-  apply_mask(n, per_sample, rate, scale, key, step, first_sample, dy, dx);
+                                        const StepScalars* step, uint32_t first_sample,
+                                        const float* dy, float* dx) {
+  apply_mask(n, per_sample, rate, scale, key, static_cast<uint32_t>(step->step), first_sample, dy,
+             dx);
 }
 
 // rate = 1 drops everything; the scale is then never used, so keep it finite.
@@ -48,20 +48,18 @@ float keep_scale(float rate) {
 }  // namespace
 
 void dropout_forward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
-                     uint32_t step, const StepScalars* step_from, uint32_t first_sample,
-                     const float* x, float* y) {
+                     const StepScalars* step, uint32_t first_sample, const float* x, float* y) {
   const std::size_t total = static_cast<std::size_t>(n) * per_sample;
   MNIST_LAUNCH(dropout_forward_kernel, grid_for(total), kThreads, 0, stream)
-  (n, per_sample, rate, keep_scale(rate), key, step, step_from, first_sample, x, y);
+  (n, per_sample, rate, keep_scale(rate), key, step, first_sample, x, y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dropout_forward_kernel");
 }
 
 void dropout_backward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
-                      uint32_t step, const StepScalars* step_from, uint32_t first_sample,
-                      const float* dy, float* dx) {
+                      const StepScalars* step, uint32_t first_sample, const float* dy, float* dx) {
   const std::size_t total = static_cast<std::size_t>(n) * per_sample;
   MNIST_LAUNCH(dropout_backward_kernel, grid_for(total), kThreads, 0, stream)
-  (n, per_sample, rate, keep_scale(rate), key, step, step_from, first_sample, dy, dx);
+  (n, per_sample, rate, keep_scale(rate), key, step, first_sample, dy, dx);
   MNIST_CUDA_LAUNCH_CHECK(stream, "dropout_backward_kernel");
 }
 

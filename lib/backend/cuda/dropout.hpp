@@ -12,12 +12,12 @@
 
 namespace mnist::cuda {
 
-// The step is `step`, or step_from->step when step_from (device memory) is not null.
+// The step is step->step (device memory), read when the kernel runs.
 void dropout_forward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
-                     uint32_t step, const StepScalars* step_from, uint32_t first_sample,
-                     const float* x, float* y);  // assigns y
+                     const StepScalars* step, uint32_t first_sample, const float* x,
+                     float* y);  // assigns y
 void dropout_backward(cudaStream_t stream, int n, int per_sample, float rate, RngKey key,
-                      uint32_t step, const StepScalars* step_from, uint32_t first_sample,
-                      const float* dy, float* dx);  // assigns dx
+                      const StepScalars* step, uint32_t first_sample, const float* dy,
+                      float* dx);  // assigns dx
 
 }  // namespace mnist::cuda

@@ -25,20 +25,10 @@ __global__ void gather_batch_forward_kernel(const uint8_t* images, const uint8_t
 
 }  // namespace
 
-void gather_batch(cudaStream_t stream, const uint8_t* images, const uint8_t* labels, int pixels,
-                  const int32_t* indices, int n, float* x, int32_t* y) {
-  const std::size_t total = static_cast<std::size_t>(n) * pixels;
+void gather_batch(cudaStream_t stream, const BatchGather& b, int n) {
+  const std::size_t total = static_cast<std::size_t>(n) * b.pixels;
   MNIST_LAUNCH(gather_batch_forward_kernel, grid_for(total), kThreads, 0, stream)
-  (images, labels, pixels, indices, 1, nullptr, n, x, y);
-  MNIST_CUDA_LAUNCH_CHECK(stream, "gather_batch_forward_kernel");
-}
-
-void gather_batch(cudaStream_t stream, const uint8_t* images, const uint8_t* labels, int pixels,
-                  const int32_t* ring, int ring_steps, const StepScalars* step, int n, float* x,
-                  int32_t* y) {
-  const std::size_t total = static_cast<std::size_t>(n) * pixels;
-  MNIST_LAUNCH(gather_batch_forward_kernel, grid_for(total), kThreads, 0, stream)
-  (images, labels, pixels, ring, ring_steps, step, n, x, y);
+  (b.images, b.labels, b.pixels, b.ring, b.ring_steps, b.step, n, b.x, b.y);
   MNIST_CUDA_LAUNCH_CHECK(stream, "gather_batch_forward_kernel");
 }
 

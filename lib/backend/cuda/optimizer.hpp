@@ -10,29 +10,23 @@
 
 namespace mnist::cuda {
 
-// g' = g + l2 * p (i < n_decay); m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
-// p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps); then p -= lr * wd * p_old (i <
-// n_decay). Updates params, m, v in place.
-void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                 float* params, const float* grads, float* m, float* v);
-// Adam with lr, epsilon, bias corrections and decay factor read from `step` (device memory).
+// The step's values (lr, epsilon, bias corrections, decay factor) are read from *s (device
+// memory); with `advance`, *s = step_scalars_next(*s, constants.beta1, constants.beta2,
+// constants.configured_epsilon, constants.tensorflow_epsilon) in the same launch: the last block to
+// finish (counter: the stream's block counter, launch.cuh arrive_last) advances *s after every
+// block has read it.
+//
+// Adam: g' = g + l2 * p (i < n_decay); p *= shrink (i < n_decay); m = b1 m + (1-b1) g';
+// v = b2 v + (1-b2) g'^2; p -= lr * (m c1) / (sqrt(v c2) + eps). Updates params, m, v in place.
 void adam_update(cudaStream_t stream, std::size_t n, std::size_t n_decay,
-                 const OptimizerStep& constants, const StepScalars* step, float* params,
-                 const float* grads, float* m, float* v);
-// Adam reading *s as above, then *s = step_scalars_next(*s, constants.beta1, constants.beta2,
-// epsilon, tensorflow_epsilon), in one launch: the last block to finish (counter: the stream's
-// block counter, launch.cuh arrive_last) advances *s after every block has read it.
-void adam_update_and_advance(cudaStream_t stream, std::size_t n, std::size_t n_decay,
-                             const OptimizerStep& constants, StepScalars* s, float* params,
-                             const float* grads, float* m, float* v, double epsilon,
-                             bool tensorflow_epsilon, unsigned* counter);
-// *s = values; *s = step_scalars_next(*s, ...): one single-thread kernel each.
+                 const OptimizerStep& constants, StepScalars* s, bool advance, float* params,
+                 const float* grads, float* m, float* v, unsigned* counter);
+// SGD: g' = g + l2 * p (i < n_decay); p *= shrink (i < n_decay); vel = mu vel + g';
+// p -= lr * vel, or with Nesterov p -= lr * (g' + mu vel). Updates params, velocity in place.
+void sgd_update(cudaStream_t stream, std::size_t n, std::size_t n_decay,
+                const OptimizerStep& constants, StepScalars* s, bool advance, float* params,
+                const float* grads, float* velocity, unsigned* counter);
+// *s = values: one single-thread kernel.
 void step_scalars_set(cudaStream_t stream, StepScalars* s, const StepScalars& values);
-void step_scalars_advance(cudaStream_t stream, StepScalars* s, float beta1, float beta2,
-                          double epsilon, bool tensorflow_epsilon);
-// g' = g + l2 * p (i < n_decay); vel = mu vel + g'; p -= lr * vel, or with Nesterov
-// p -= lr * (g' + mu vel); then p -= lr * wd * p_old (i < n_decay). Updates params, velocity.
-void sgd_update(cudaStream_t stream, std::size_t n, std::size_t n_decay, const OptimizerStep& s,
-                float* params, const float* grads, float* velocity);
 
 }  // namespace mnist::cuda
