@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <optional>
 
 #include "core/error.hpp"
 #include "data/dataset.hpp"
@@ -31,90 +33,131 @@ void describe_checkpoint(CheckpointState& c, const Trainer& trainer, const Datas
   c.metadata["replicas"] = std::to_string(replicas);
 }
 
-}  // namespace
-
-SessionResult run_session(const Experiment& experiment, const Model& model,
-                          const DevicePlan& device_plan, const SessionOptions& options,
-                          std::shared_ptr<spdlog::logger> log, ProcessGroup& group) {
-  // Several processes on one node share its GPUs: each takes an equal, disjoint part of the list,
-  // chosen by its node-local rank.
+// Several processes on one node share its GPUs: each takes an equal, disjoint part of the list,
+// chosen by its node-local rank.
+DevicePlan this_process_devices(const DevicePlan& device_plan, const ProcessGroup& group) {
   DevicePlan devices = device_plan;
-  if (devices.kind == DeviceKind::cuda && group.local_size() > 1) {
-    const int total = static_cast<int>(devices.gpus.size()), parts = group.local_size();
-    if (total % parts != 0)
-      MNIST_THROW(ConfigError,
-                  "devices.gpus: {} GPUs cannot be shared evenly by the {} processes on {}; start "
-                  "one process per node, or as many as divide the GPU count",
-                  total, parts, group.host());
-    const int each = total / parts;
-    devices.gpus = std::vector<int>(devices.gpus.begin() + group.local_rank() * each,
-                                    devices.gpus.begin() + (group.local_rank() + 1) * each);
-  }
+  if (devices.kind != DeviceKind::cuda || group.local_size() <= 1) return devices;
+  const int total = static_cast<int>(devices.gpus.size()), parts = group.local_size();
+  if (total % parts != 0)
+    MNIST_THROW(ConfigError,
+                "devices.gpus: {} GPUs cannot be shared evenly by the {} processes on {}; start "
+                "one process per node, or as many as divide the GPU count",
+                total, parts, group.host());
+  const int each = total / parts;
+  devices.gpus = std::vector<int>(devices.gpus.begin() + group.local_rank() * each,
+                                  devices.gpus.begin() + (group.local_rank() + 1) * each);
+  return devices;
+}
+
+// The run's dataset, read once for every worker of this process, and checked against the model,
+// the memory the run will take and (several processes) every other rank's run and layout.
+std::shared_ptr<const Dataset> load_run_data(const Experiment& experiment, const Model& model,
+                                             const DevicePlan& devices, ProcessGroup& group,
+                                             spdlog::logger& log) {
   const auto load_start = std::chrono::steady_clock::now();
-  const auto shared_data =
+  auto shared_data =
       std::make_shared<const Dataset>(load_dataset(experiment.data, experiment.model.classes));
   const Dataset& data = *shared_data;
-  log->info("data: {} ({} train / {} test images of {}x{}, read in {:.2f} s){}", data.name,
-            data.train.count, data.test.count, data.train.rows, data.train.cols,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
-            data.provenance.empty() ? "" : "; source: " + data.provenance);
+  log.info("data: {} ({} train / {} test images of {}x{}, read in {:.2f} s){}", data.name,
+           data.train.count, data.test.count, data.train.rows, data.train.cols,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
+           data.provenance.empty() ? "" : "; source: " + data.provenance);
   const ModelConfig& input = experiment.model;
   check_images_fit_model(data.train, input.input_c, input.input_h, input.input_w);
   check_images_fit_model(data.test, input.input_c, input.input_h, input.input_w);
   check_training_memory(experiment, model, devices, group.size(),
                         data.train.pixels.size() + data.train.labels.size() +
                             data.test.pixels.size() + data.test.labels.size());
-  if (!devices.note.empty()) log->info("{}", devices.note);
+  if (!devices.note.empty()) log.info("{}", devices.note);
   if (group.size() > 1) {
     check_same_run(group, experiment, data);
     for (const std::string& line : agree_on_layout(group, devices.workers(), devices.describe()))
-      log->info("{}", line);
+      log.info("{}", line);
   }
+  return shared_data;
+}
+
+// The checkpoint a run resumes from (--resume auto or a file), read and checked against the
+// experiment before any device is touched; none when the run starts fresh.
+struct ResumePoint {
+  CheckpointState state;
+  std::string path;
+};
+std::optional<ResumePoint> find_resume_point(const SessionOptions& options,
+                                             const CheckpointDirectory& checkpoints,
+                                             const Experiment& experiment, const Model& model,
+                                             spdlog::logger& log) {
+  std::optional<ResumePoint> resume;
+  if (options.resume == "auto") {
+    if (auto found = checkpoints.latest_valid(model))
+      resume = ResumePoint{std::move(found->state), found->path};
+    else
+      log.info("--resume auto: no checkpoint in {}, starting from step 0", checkpoints.dir());
+  } else if (!options.resume.empty()) {
+    resume = ResumePoint{load_checkpoint(options.resume, model), options.resume};
+  }
+  if (!resume) return resume;
+  if (options.force_resume) {
+    for (const std::string& d :
+         math_config_differences(experiment, resume->state.metadata["math_config"]))
+      log.warn("--force-resume: {}", d);
+  } else {
+    check_resume_compatible(resume->state, experiment, resume->path);
+  }
+  return resume;
+}
+
+// The resume point against the trainer's batch plan: the same global batch (unless forced) and a
+// step within the run.
+void check_resume_fits_plan(const ResumePoint& resume, const BatchPlan& plan, bool force_resume) {
+  const auto saved_batch = resume.state.metadata.find("global_batch");
+  if (saved_batch != resume.state.metadata.end() &&
+      saved_batch->second != std::to_string(plan.global_batch) && !force_resume)
+    MNIST_THROW(ConfigError,
+                "{}: the checkpoint was trained with a global batch of {} but this run's is {} "
+                "(devices or batch keys changed); use --force-resume to continue anyway",
+                resume.path, saved_batch->second, plan.global_batch);
+  if (resume.state.step > plan.steps)
+    MNIST_THROW(ConfigError, "{}: the checkpoint is at step {}, beyond this run's {} steps",
+                resume.path, resume.state.step, plan.steps);
+}
+
+// A signal may reach one rank only; every rank must stop after the same step, so with several
+// processes the request is agreed with a (tiny) collective after each step. Workers are idle
+// then: no concurrent MPI use.
+std::function<int()> agreed_stop_request(ProcessGroup& group, std::function<int()> local) {
+  if (group.size() <= 1 || !local) return local;
+  return [&group, local = std::move(local)] {
+    const int mine = local();
+    float votes[2] = {mine == kStopInterrupt ? 1.0f : 0.0f, mine == kStopRequeue ? 1.0f : 0.0f};
+    group.all_reduce_sum(votes, 2);
+    return votes[1] > 0 ? kStopRequeue : votes[0] > 0 ? kStopInterrupt : kNoStop;
+  };
+}
+
+}  // namespace
+
+SessionResult run_session(const Experiment& experiment, const Model& model,
+                          const DevicePlan& device_plan, const SessionOptions& options,
+                          std::shared_ptr<spdlog::logger> log, ProcessGroup& group) {
+  const DevicePlan devices = this_process_devices(device_plan, group);
+  const std::shared_ptr<const Dataset> shared_data =
+      load_run_data(experiment, model, devices, group, *log);
+  const Dataset& data = *shared_data;
   const bool rank0 = group.rank() == 0;
   const int replicas = devices.workers() * group.size();
 
   RunLog run_log(experiment, log, rank0);
   // Every rank reads checkpoints (to resume); rank 0 alone writes them.
   CheckpointDirectory checkpoints(run_log.dir(), experiment.checkpoint.keep, log);
-
-  // Resume: read (and validate) the checkpoint before any device is touched.
-  std::optional<CheckpointState> resume;
-  std::string resume_path;
-  if (options.resume == "auto") {
-    if (auto found = checkpoints.latest_valid(model)) {
-      resume = std::move(found->state);
-      resume_path = found->path;
-    } else {
-      log->info("--resume auto: no checkpoint in {}, starting from step 0", checkpoints.dir());
-    }
-  } else if (!options.resume.empty()) {
-    resume = load_checkpoint(options.resume, model);
-    resume_path = options.resume;
-  }
-  if (resume) {
-    if (options.force_resume) {
-      for (const std::string& d :
-           math_config_differences(experiment, resume->metadata["math_config"]))
-        log->warn("--force-resume: {}", d);
-    } else {
-      check_resume_compatible(*resume, experiment, resume_path);
-    }
-  }
+  const std::optional<ResumePoint> resume =
+      find_resume_point(options, checkpoints, experiment, model, *log);
 
   SessionResult result;
   Trainer* trainer_ptr = nullptr;
   TrainerOptions trainer_options = options.trainer;
-  if (group.size() > 1 && options.trainer.stop_requested) {
-    // A signal may reach one rank only; every rank must stop after the same step, so the request is
-    // agreed with a (tiny) collective after each step. Workers are idle then: no concurrent MPI
-    // use.
-    trainer_options.stop_requested = [&group, local = options.trainer.stop_requested] {
-      const int mine = local();
-      float votes[2] = {mine == kStopInterrupt ? 1.0f : 0.0f, mine == kStopRequeue ? 1.0f : 0.0f};
-      group.all_reduce_sum(votes, 2);
-      return votes[1] > 0 ? kStopRequeue : votes[0] > 0 ? kStopInterrupt : kNoStop;
-    };
-  }
+  trainer_options.stop_requested = agreed_stop_request(group, options.trainer.stop_requested);
   trainer_options.checkpoint_every = experiment.checkpoint.every;
   // Every rank takes the snapshot (a collective with local batch norm); rank 0 writes it, and the
   // others wait for the write so a checkpoint exists on disk before any rank moves on.
@@ -128,6 +171,7 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
     group.barrier();
     return path;
   };
+  // The trainer calls back between steps, when it is safe to snapshot it.
   trainer_options.on_checkpoint = [&](int64_t) {
     result.checkpoint = save(*trainer_ptr);
     if (rank0) log->info("checkpoint {}", result.checkpoint);
@@ -142,18 +186,9 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
             plan.slice_begin[1] - plan.slice_begin[0],
             experiment.train.scale_lr_with_devices ? fmt::format(", lr scaled x{}", replicas) : "");
   if (resume) {
-    const auto saved_batch = resume->metadata.find("global_batch");
-    if (saved_batch != resume->metadata.end() &&
-        saved_batch->second != std::to_string(plan.global_batch) && !options.force_resume)
-      MNIST_THROW(ConfigError,
-                  "{}: the checkpoint was trained with a global batch of {} but this run's is {} "
-                  "(devices or batch keys changed); use --force-resume to continue anyway",
-                  resume_path, saved_batch->second, plan.global_batch);
-    if (resume->step > plan.steps)
-      MNIST_THROW(ConfigError, "{}: the checkpoint is at step {}, beyond this run's {} steps",
-                  resume_path, resume->step, plan.steps);
-    trainer.restore(*resume);
-    log->info("resumed from {} at step {}", resume_path, resume->step);
+    check_resume_fits_plan(*resume, plan, options.force_resume);
+    trainer.restore(resume->state);
+    log->info("resumed from {} at step {}", resume->path, resume->state.step);
   }
 
   std::vector<RunObserver*> observers{&run_log};
