@@ -657,3 +657,69 @@ TEST_CASE("eval and predict read a checkpoint and a damaged one is exit 2 naming
     }
   }
 }
+
+namespace {
+
+// The codes of the README's "Exit codes" table, in its order.
+std::vector<int> readme_exit_codes() {
+  std::ifstream in(fs::path(MNIST_SOURCE_DIR) / "README.md");
+  std::vector<int> codes;
+  std::string line;
+  bool in_section = false;
+  const std::regex row(R"(^\| (\d+) \|)");
+  while (std::getline(in, line)) {
+    if (line.rfind("### ", 0) == 0) in_section = line == "### Exit codes";
+    std::smatch m;
+    if (in_section && std::regex_search(line, m, row)) codes.push_back(std::stoi(m[1]));
+  }
+  return codes;
+}
+
+// Runs the case the README gives for `code` and returns what the tool exited with and said.
+Ran exit_code_case(int code, const fs::path& dir) {
+  const fs::path log = dir / ("exit-" + std::to_string(code) + ".log");
+  auto signalled = [&](int signal_number) {
+    Child child(train_args(dir / "signalled", 99), log);
+    if (!child.wait_for_output("step 10/99", 60)) FAIL("the run never reached step 10");
+    child.signal(signal_number);
+    const int got = child.wait();
+    return Ran{got, child.output()};
+  };
+  switch (code) {
+    case 0:  // done: --dry-run validates and plans
+      return run(train_args(dir / "dry", 5, {"--dry-run"}), log);
+    case 1:  // a runtime failure: the run directory cannot be made (below a file)
+      return run(train_args(fs::path("/dev/null") / "run", 1), log);
+    case 2:  // a bad config key
+      return run(train_args(dir / "bad", 1, {"--set", "optimizer.nonsense=1"}), log);
+    case 3:
+      return signalled(SIGTERM);
+    case 4:  // the loss stops being finite
+      return run(train_args(dir / "diverge", 50,
+                            {"--set", "optimizer.type=sgd", "--set", "optimizer.lr=1e6"}),
+                 log);
+    case 75:
+      return signalled(SIGUSR1);
+    default:
+      FAIL("the README lists exit code " << code << ", which no case here produces");
+  }
+  return Ran{};
+}
+
+}  // namespace
+
+TEST_CASE("every exit code of the README's table is what the tool returns in its case",
+          "[lifecycle]") {
+  require_data();
+  const std::vector<int> codes = readme_exit_codes();
+  // The table as main() maps outcomes (apps/mnist-train/main.cpp); 130 is the second SIGINT, in
+  // code 3's row (tested above).
+  CHECK(codes == std::vector<int>{0, 1, 2, 3, 4, 75});
+  for (const int code : codes) {
+    CAPTURE(code);
+    TempDir tmp("exit-" + std::to_string(code));
+    const Ran r = exit_code_case(code, tmp.path);
+    INFO(r.output);
+    CHECK(r.code == code);
+  }
+}
