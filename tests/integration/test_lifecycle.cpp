@@ -688,8 +688,11 @@ Ran exit_code_case(int code, const fs::path& dir) {
   switch (code) {
     case 0:  // done: --dry-run validates and plans
       return run(train_args(dir / "dry", 5, {"--dry-run"}), log);
-    case 1:  // a runtime failure: the run directory cannot be made (below a file)
-      return run(train_args(fs::path("/dev/null") / "run", 1), log);
+    case 1:  // a runtime failure: a worker stalls (beyond a watchdog set to a millisecond)
+      return run(train_args(dir / "stall", 3,
+                            {"--set", "train.watchdog_seconds=0.001", "--set",
+                             "train.batch_per_device=2048"}),
+                 log);
     case 2:  // a bad config key
       return run(train_args(dir / "bad", 1, {"--set", "optimizer.nonsense=1"}), log);
     case 3:
