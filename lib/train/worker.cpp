@@ -225,6 +225,7 @@ Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend>
   pass_.step_scalars = step_values_.data();
   pass_.seed = e.seed;
   pass_.global_n = in.plan.global_batch;
+  if (sums_across_replicas()) check_communicator_sums();
   if (e.train.batch_norm == BatchNormMode::sync && in.comm)
     pass_.all_reduce_sum = [this](float* values, std::size_t count) {
       inputs_->comm->all_reduce_sum(local_rank_, *backend_, values, count);
@@ -351,6 +352,38 @@ StepTimes Worker::graph_step(const StepContext& ctx, const std::function<void(Ph
   times.compute_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   times.comm_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
   return times;
+}
+
+void Worker::check_communicator_sums() {
+  // Replica r contributes (r + 1) * (i + 1) at element i: integers whose sums float holds exactly
+  // (for any run's replica count), distinct per replica and per element, so a transport that
+  // drops, repeats or misplaces a contribution, or reads stale memory, cannot give the expected
+  // sum. One small all-reduce, once per run, before any step.
+  constexpr std::size_t kValues = 64;
+  const Communicator& comm = *inputs_->comm;
+  const int replicas = inputs_->replicas;
+  std::vector<float> host(kValues);
+  for (std::size_t i = 0; i < kValues; ++i)
+    host[i] = static_cast<float>((replica_index_ + 1) * static_cast<int64_t>(i + 1));
+  DeviceBuffer<float> values(*backend_, kValues);
+  backend_->copy_to_device(values.data(), host.data(), sizeof(float) * kValues);
+  inputs_->comm->all_reduce_sum(local_rank_, *backend_, values.data(), kValues);
+  backend_->copy_to_host(host.data(), values.data(), sizeof(float) * kValues);
+  const int64_t replica_sum = static_cast<int64_t>(replicas) * (replicas + 1) / 2;
+  for (std::size_t i = 0; i < kValues; ++i) {
+    const double want = static_cast<double>(replica_sum * static_cast<int64_t>(i + 1));
+    if (host[i] == want) continue;
+    MNIST_THROW(RuntimeError,
+                "{}: the gradient all-reduce ({}) summed known values wrongly before training: "
+                "element {} of replica {} is {}, the sum over the {} replicas is {}; the "
+                "replicas would not train the same model. {}",
+                backend_->name(), comm.name(), i, replica_index_, host[i], replicas, want,
+                comm.name().find("NCCL") != std::string::npos
+                    ? "On a box whose GPUs cannot reach each other directly (P2P through an "
+                      "IOMMU, consumer cards), try NCCL_P2P_DISABLE=1; NCCL_DEBUG=INFO shows "
+                      "the paths NCCL chose"
+                    : "Check the devices and the transport between them");
+  }
 }
 
 BatchGather Worker::resident_batch(const uint8_t* pixels, const uint8_t* labels,

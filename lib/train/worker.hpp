@@ -119,8 +119,10 @@ class Worker {
   // Set-up: the replica sized for the larger of its slice and train.eval_batch, the dataset copied
   // to the device once (its labels checked against the model's classes first: a label out of range
   // is a DataError, whatever the backend), the initial parameters Model::initial_params(seed) and
-  // state. `local_rank`: index among this process's workers (the communicator's); `replica_index`:
-  // index among all replicas (the batch slice, the test-set shard).
+  // state; with several replicas, one all-reduce of known values proves the transport sums right
+  // (check_communicator_sums). `local_rank`: index among this process's workers (the
+  // communicator's); `replica_index`: index among all replicas (the batch slice, the test-set
+  // shard).
   Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend> backend, int local_rank,
          int replica_index);
   ~Worker();
@@ -179,6 +181,9 @@ class Worker {
   // otherwise, which for one replica changes no value and saves a communicator call per step.
   bool sums_across_replicas() const { return inputs_->comm && inputs_->replicas > 1; }
   StepTimes graph_step(const StepContext& step, const std::function<void(Phase)>& enter);
+  // Several replicas: one all-reduce of known values, compared on the host; a wrong sum is a
+  // RuntimeError naming the transport (set-up, before any step).
+  void check_communicator_sums();
   // The step's values into step_values_ (one launch).
   void set_step_values(const StepContext& step);
   // The update hop; `advance` only in the captured step (see apply_optimizer_step).

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 
+#include "comm/communicator.hpp"
 #include "comm/thread_communicator.hpp"
 #include "core/error.hpp"
 #include "data/sampler.hpp"
@@ -150,4 +151,49 @@ TEST_CASE("the watchdog names the worker holding the collective up, not one wait
   workers[1].phase = static_cast<int>(Phase::reduce);
   CHECK_THAT(find_stall(workers, names, 10.0, 13 * s),
              Catch::StartsWith("cpu0 stalled: step 3 has been in phase 'reduce' for 12.0 s"));
+}
+
+namespace {
+// A transport that sums like the real one, then gets one element of one replica wrong: what a
+// GPU link with a broken peer path does (CPU workers: the buffers are host memory).
+class MisSummingCommunicator final : public Communicator {
+ public:
+  explicit MisSummingCommunicator(int workers) : inner_(workers) {}
+  std::string name() const override { return "mis-summing " + inner_.name(); }
+  int local_size() const override { return inner_.local_size(); }
+  int global_size() const override { return inner_.global_size(); }
+  void all_reduce_sum(int local_rank, Backend& backend, float* data, std::size_t count) override {
+    inner_.all_reduce_sum(local_rank, backend, data, count);
+    if (local_rank == 1 && count > 5) data[5] += 1.0f;
+  }
+  void abort() override { inner_.abort(); }
+
+ private:
+  ThreadCommunicator inner_;
+};
+}  // namespace
+
+TEST_CASE("a transport that sums wrongly stops the run at set-up naming it and the element",
+          "[worker][comm]") {
+  const Experiment e = small_experiment({"train.steps=2", "devices.cpu_workers=2"});
+  const Model model = Model::build(e.model);
+  const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32));
+  const BackendFactory backends = plan_devices(e.devices, {}).factory();
+  {
+    // The real transport passes the check and trains.
+    auto comm = std::make_shared<ThreadCommunicator>(2);
+    Trainer trainer(e, model, data, backends, 2, comm);
+    trainer.step();
+  }
+  auto comm = std::make_shared<MisSummingCommunicator>(2);
+  try {
+    Trainer trainer(e, model, data, backends, 2, comm);
+    FAIL("a trainer over a transport that sums wrongly started");
+  } catch (const RuntimeError& error) {
+    const std::string message = error.what();
+    CHECK_THAT(message, Catch::Contains("summed known values wrongly before training"));
+    CHECK_THAT(message, Catch::Contains("mis-summing"));
+    CHECK_THAT(message, Catch::Contains("element 5 of replica 1 is 19, the sum over the 2 "
+                                        "replicas is 18"));
+  }
 }
