@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -18,6 +19,7 @@
 #include "build_info.hpp"
 #include "comm/process_group.hpp"
 #include "config/experiment.hpp"
+#include "config/run_dir.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "data/image_files.hpp"
@@ -29,6 +31,7 @@
 #include "train/device_plan.hpp"
 #include "train/evaluation.hpp"
 #include "train/progress.hpp"
+#include "train/run_folder.hpp"
 #include "train/run_memory.hpp"
 #include "train/session.hpp"
 
@@ -136,12 +139,14 @@ mnist::DevicePlan device_plan(const mnist::Experiment& experiment) {
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::vector<std::string>& unsets, bool dry_run, const std::string& gpus,
                   const std::string& log_format, const std::string& resume, bool force_resume,
-                  std::shared_ptr<spdlog::logger> log,
+                  bool overwrite, std::shared_ptr<spdlog::logger> log,
                   std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
   std::vector<std::string> all = overrides;
   if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
-  const mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
+  mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
+  experiment.output.dir = mnist::expand_run_dir(experiment.output.dir, experiment.name,
+                                                experiment.seed, mnist::job_label());
   const mnist::Model model = mnist::Model::build(experiment.model);
   const mnist::DevicePlan devices = device_plan(experiment);
   // Before the data is read: a run too large for the machine is refused at once (the dataset's
@@ -153,6 +158,14 @@ int train_command(const std::string& config_path, const std::vector<std::string>
                 << model.summary() << "\n"
                 << "devices: " << devices.describe() << "\n";
     return kExitOk;
+  }
+  // Rank 0 alone writes the run folder, so it alone holds the lock, for the whole run.
+  std::optional<mnist::RunFolderLock> lock;
+  if (group.rank() == 0) {
+    lock.emplace(experiment.output.dir);
+    mnist::prepare_run_dir(experiment.output.dir, !resume.empty() ? mnist::RunStart::resume
+                                                  : overwrite     ? mnist::RunStart::overwrite
+                                                                  : mnist::RunStart::fresh);
   }
   mnist::SessionOptions options;
   options.resume = resume;
@@ -355,9 +368,15 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
                  "live status line on stderr: auto (when stderr is a terminal), always, never");
   std::string resume;
   bool force_resume = false;
-  app.add_option("--resume", resume,
-                 "continue from a checkpoint file, or 'auto': the newest valid one "
-                 "in the run directory (none: start fresh)");
+  CLI::Option* resume_option =
+      app.add_option("--resume", resume,
+                     "continue from a checkpoint file, or 'auto': the newest valid one "
+                     "in the run directory (none: start fresh)");
+  bool overwrite = false;
+  app.add_flag("--overwrite", overwrite,
+               "start afresh in a used output.dir, removing the earlier run's metrics, summary "
+               "and checkpoints")
+      ->excludes(resume_option);
   app.add_flag("--force-resume", force_resume,
                "resume even if the checkpoint's model/optimizer/batch config differs");
 
@@ -462,7 +481,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       return kExitUsage;
     }
     return train_command(config_path, overrides, unsets, dry_run, gpus, log_format, resume,
-                         force_resume, logger, progress, group);
+                         force_resume, overwrite, logger, progress, group);
   } catch (...) {
     // The error message starts on a clean line, not after a half-erased status line.
     if (progress) progress->finish();

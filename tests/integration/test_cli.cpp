@@ -141,6 +141,7 @@ TEST_CASE("a short CPU run writes the run directory and exits 0", "[cli]") {
 
 TEST_CASE("the seed log format prints Step:N:loss acc lines", "[cli]") {
   const auto dir = std::filesystem::temp_directory_path() / "mnist-train-cli-seed";
+  std::filesystem::remove_all(dir);  // a fresh run refuses a used folder
   const Result r = run_cli(
       "--config configs/cpu_quickstart.yaml --set train.steps=2 --set train.log_every=1 "
       "--log-format seed --set output.dir=" +
@@ -313,16 +314,17 @@ TEST_CASE("special files exit 2 by name and never block: config, data, outputs",
   std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte"));
   mnist::test::write_idx_labels(dir.file("t10k-labels-idx1-ubyte"), std::vector<uint8_t>(16, 1));
 
-  // A FIFO left as metrics.jsonl: refused; one left as summary.json: replaced.
+  // A FIFO left as metrics.jsonl: refused; one left as summary.json: replaced. (--resume auto: a
+  // fresh run would refuse the used folder before it met either.)
   std::filesystem::create_directories(dir.file("run"));
   REQUIRE(::mkfifo(dir.file("run/metrics.jsonl").c_str(), 0600) == 0);
-  r = run_cli(run);
+  r = run_cli(run + "--resume auto");
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK((has(r, "metrics.jsonl") && has(r, "FIFO")));
   std::filesystem::remove(dir.file("run/metrics.jsonl"));
   REQUIRE(::mkfifo(dir.file("run/summary.json").c_str(), 0600) == 0);
-  r = run_cli(run);
+  r = run_cli(run + "--resume auto");
   INFO(r.output);
   CHECK(r.code == 0);
   CHECK(std::filesystem::is_regular_file(dir.file("run/summary.json")));
