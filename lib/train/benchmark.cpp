@@ -7,6 +7,7 @@
 
 #include "backend/cpu/native/isa.hpp"
 #include "comm/communicator.hpp"
+#include "core/cpu_threads.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/rng.hpp"
@@ -212,7 +213,7 @@ FmaPeak probe_cpu_fma_peak(int threads) {
   FmaPeak p;
   const cpu::native::Isa isa = cpu::native::chosen_isa();
   p.isa = cpu::native::isa_name(isa);
-  p.threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  p.threads = threads > 0 ? threads : usable_cpu_threads().count;
   p.gflops = cpu::native::fma_peak_gflops(isa, p.threads);
   return p;
 }

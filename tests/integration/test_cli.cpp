@@ -422,3 +422,45 @@ TEST_CASE("bench --engines with an engine the devices do not run is a usage erro
   CHECK(r.code == 2);
   CHECK((has(r, "--engines: 'cudnn'") && has(r, "native")));
 }
+
+// A shell command from the source directory, for runs that need a wrapper (taskset) or an
+// environment of their own; `bin` is the quoted binary.
+Result run_shell(const std::string& command) {
+  const std::string bin = "'" MNIST_TRAIN_BIN "'";
+  std::string line = command;
+  for (std::size_t at; (at = line.find("BIN")) != std::string::npos;) line.replace(at, 3, bin);
+  const std::string full = "cd '" MNIST_SOURCE_DIR "' && " + line + " 2>&1";
+  Result r;
+  FILE* pipe = popen(full.c_str(), "r");
+  REQUIRE(pipe);
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST_CASE("devices.threads 0 follows the affinity mask and OMP_NUM_THREADS, not the core count",
+          "[cli][threads]") {
+  // cpu_quickstart.yaml: one worker, devices.threads 0. With OMP_NUM_THREADS unset the plan takes
+  // every CPU of the mask, as many as nproc counts (it reads the same mask).
+  const std::string plan =
+      " BIN --config configs/cpu_quickstart.yaml --dry-run | grep '^devices: '";
+  const Result n = run_shell("env -u OMP_NUM_THREADS nproc");
+  REQUIRE(n.code == 0);
+  const int nproc = std::stoi(n.output);
+  Result r = run_shell("env -u OMP_NUM_THREADS" + plan);
+  INFO(r.output);
+  CHECK(r.output == "devices: cpu, 1 worker x " + std::to_string(nproc) +
+                        (nproc == 1 ? " thread, engine native\n" : " threads, engine native\n"));
+  r = run_shell("taskset -c 0 env -u OMP_NUM_THREADS" + plan);
+  INFO(r.output);
+  CHECK(r.output == "devices: cpu, 1 worker x 1 thread, engine native\n");
+  r = run_shell("env OMP_NUM_THREADS=1" + plan);
+  INFO(r.output);
+  CHECK(r.output == "devices: cpu, 1 worker x 1 thread, engine native\n");
+  // An explicit devices.threads is the user's choice, whatever the mask.
+  r = run_shell("taskset -c 0 env -u OMP_NUM_THREADS" + plan.substr(0, plan.find(" |")) +
+                " --set devices.threads=3 | grep '^devices: '");
+  CHECK(r.output == "devices: cpu, 1 worker x 3 threads, engine native\n");
+}
