@@ -21,6 +21,7 @@
 #include "config/experiment.hpp"
 #include "config/run_dir.hpp"
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "data/dataset.hpp"
 #include "data/image_files.hpp"
 #include "data/npm_digits.hpp"
@@ -34,6 +35,7 @@
 #include "train/run_folder.hpp"
 #include "train/run_memory.hpp"
 #include "train/session.hpp"
+#include "train/worker.hpp"
 
 namespace {
 
@@ -46,7 +48,7 @@ constexpr int kExitDiverged = 4;
 constexpr int kExitRequeue = 75;  // SIGUSR1: checkpoint written, requeue the job (EX_TEMPFAIL)
 
 std::string version_text() {
-  auto part = [](bool on, const char* version) {
+  auto part = [](bool on, const std::string& version) {
     return on ? fmt::format("yes ({})", version) : std::string("no");
   };
   std::string text = fmt::format("mnist-train {} ({} build)\n", MNIST_VERSION, MNIST_BUILD_TYPE);
@@ -56,7 +58,14 @@ std::string version_text() {
                                       : std::string("no"));
   text += fmt::format("  cuDNN:    {}\n", part(MNIST_HAVE_CUDNN, MNIST_CUDNN_VERSION));
   text += fmt::format("  NCCL:     {}\n", part(MNIST_HAVE_NCCL, MNIST_NCCL_VERSION));
-  text += fmt::format("  MPI:      {}\n", part(MNIST_HAVE_MPI, MNIST_MPI_VERSION));
+  // The standard CMake found, then the implementation: the one the headers were (Open MPI's
+  // OMPI_MAJOR_VERSION...) and the library loaded now, which differ after an upgrade.
+  std::string standard = MNIST_MPI_VERSION;
+  standard = standard.substr(0, standard.find(" ("));
+  text += fmt::format(
+      "  MPI:      {}\n",
+      part(MNIST_HAVE_MPI, fmt::format("standard {}; built with {}; library {}", standard,
+                                       mnist::mpi_build_version(), mnist::mpi_library_version())));
   text += fmt::format("  CPU BLAS: {}\n", part(MNIST_HAVE_BLAS, MNIST_BLAS_VERSION));
   return text;
 }
@@ -136,6 +145,28 @@ mnist::DevicePlan device_plan(const mnist::Experiment& experiment) {
   return mnist::plan_devices(experiment.devices, visible, why_no_gpu);
 }
 
+// What a job is checked for before it is submitted: the global batch and each replica's share, as
+// the start line says them; the steps too, unless train.epochs makes them from the data's size.
+std::string batch_line(const mnist::Experiment& experiment, int replicas) {
+  const bool from_epochs = experiment.train.steps == 0;
+  // Any positive size serves when the steps come from train.steps; the data is not read here.
+  const mnist::BatchPlan plan = mnist::plan_batches(experiment.train, replicas, 1);
+  int smallest = plan.global_batch, largest = 0;
+  for (int k = 0; k < replicas; ++k) {
+    const int share = plan.slice_begin[k + 1] - plan.slice_begin[k];
+    smallest = std::min(smallest, share);
+    largest = std::max(largest, share);
+  }
+  const std::string steps =
+      from_epochs ? fmt::format("{} epochs (steps from the data's size)", experiment.train.epochs)
+                  : fmt::format("{} step{}", plan.steps, plan.steps == 1 ? "" : "s");
+  const std::string share = smallest == largest
+                                ? fmt::format("{} per replica", largest)
+                                : fmt::format("{}-{} per replica", smallest, largest);
+  return fmt::format("{}, global batch {} ({} replica{}, {})", steps, plan.global_batch, replicas,
+                     replicas == 1 ? "" : "s", share);
+}
+
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::vector<std::string>& unsets, bool dry_run, const std::string& gpus,
                   const std::string& log_format, const std::string& resume, bool force_resume,
@@ -156,7 +187,8 @@ int train_command(const std::string& config_path, const std::vector<std::string>
     if (group.rank() == 0)
       std::cout << mnist::to_yaml(experiment) << "\n"
                 << model.summary() << "\n"
-                << "devices: " << devices.describe() << "\n";
+                << "devices: " << devices.describe() << "\n"
+                << "batch: " << batch_line(experiment, devices.workers() * group.size()) << "\n";
     return kExitOk;
   }
   // Rank 0 alone writes the run folder, so it alone holds the lock, for the whole run.
@@ -213,7 +245,8 @@ Inference load_for_inference(const std::string& path, const std::string& data_di
   return inf;
 }
 
-int eval_command(const std::string& checkpoint, const std::string& data_dir, spdlog::logger& log) {
+int eval_command(const std::string& checkpoint, const std::string& data_dir, bool json,
+                 spdlog::logger& log) {
   Inference inf = load_for_inference(checkpoint, data_dir);
   const mnist::Dataset data =
       mnist::load_dataset(inf.experiment.data, inf.experiment.model.classes);
@@ -223,11 +256,18 @@ int eval_command(const std::string& checkpoint, const std::string& data_dir, spd
   const mnist::EvaluationReport report =
       mnist::evaluate_model(inf.experiment, *inf.model, std::move(backend), inf.checkpoint,
                             data.test, inf.experiment.train.eval_batch);
+  if (json) {
+    std::cout << fmt::format("{{\"checkpoint\":{},\"step\":{},\"test_images\":{},\"report\":{}}}\n",
+                             mnist::json::quote(checkpoint), inf.checkpoint.step,
+                             mnist::json::quote(data.test.images_path), mnist::report_json(report));
+    return kExitOk;
+  }
   std::cout << mnist::format_report(report);
   return kExitOk;
 }
 
-int predict_command(const std::string& checkpoint, const std::vector<std::string>& images) {
+int predict_command(const std::string& checkpoint, const std::vector<std::string>& images,
+                    bool json) {
   Inference inf = load_for_inference(checkpoint);
   for (const std::string& path : images) {
     const mnist::ImageSet set = mnist::read_images_for_prediction(path);
@@ -236,6 +276,16 @@ int predict_command(const std::string& checkpoint, const std::vector<std::string
     for (int i = 0; i < set.count; ++i) {
       const auto& p = probs[i];
       const int best = static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
+      if (json) {
+        // One object per image (JSON lines), so a script reads them as they come.
+        std::vector<std::string> values;
+        for (float v : p) values.push_back(fmt::format("{:.9g}", v));
+        std::cout << fmt::format(
+            "{{\"file\":{},\"index\":{},\"class\":{},\"probability\":{:.9g},"
+            "\"probabilities\":[{}]}}\n",
+            mnist::json::quote(path), i, best, p[best], fmt::join(values, ","));
+        continue;
+      }
       std::cout << fmt::format("{}[{}] class {} p={:.4f} probabilities {:.4f}\n", path, i, best,
                                p[best], fmt::join(p, " "));
     }
@@ -380,6 +430,10 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   app.add_flag("--force-resume", force_resume,
                "resume even if the checkpoint's model/optimizer/batch config differs");
 
+  // Options of the whole tool may also follow a subcommand (`mnist-train bench --config X`):
+  // a subcommand hands what it does not know to its parent. Set before the subcommands are added,
+  // which inherit it.
+  app.fallthrough();
   CLI::App* devices_cmd =
       app.add_subcommand("devices", "list the visible GPUs, or say why there are none");
   CLI::App* data_cmd = app.add_subcommand("data", "dataset tools");
@@ -425,6 +479,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   eval_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
   eval_cmd->add_option("--data", eval_data,
                        "folder with the four IDX files (default: the checkpoint's)");
+  bool eval_json = false;
+  eval_cmd->add_flag("--json", eval_json, "one JSON object instead of the text report");
   CLI::App* predict_cmd =
       app.add_subcommand("predict", "class probabilities of images (IDX image files or PGM)");
   std::vector<std::string> predict_images;
@@ -433,6 +489,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       ->add_option("IMAGES", predict_images,
                    "IDX image files (raw or .gz) or binary PGM (P5) files")
       ->required();
+  bool predict_json = false;
+  predict_cmd->add_flag("--json", predict_json, "one JSON object per image instead of text");
   app.require_subcommand(0, 1);
 
   try {
@@ -469,8 +527,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       logger->info("wrote {} train and {} test images to {}", counts.train, counts.test, out_dir);
       return kExitOk;
     }
-    if (*eval_cmd) return eval_command(checkpoint_path, eval_data, *logger);
-    if (*predict_cmd) return predict_command(checkpoint_path, predict_images);
+    if (*eval_cmd) return eval_command(checkpoint_path, eval_data, eval_json, *logger);
+    if (*predict_cmd) return predict_command(checkpoint_path, predict_images, predict_json);
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
       return bench_command(config_path, overrides, unsets, bench_options, bench_engines,
