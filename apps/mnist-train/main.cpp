@@ -18,6 +18,7 @@
 
 #include "build_info.hpp"
 #include "comm/process_group.hpp"
+#include "config/data_root.hpp"
 #include "config/experiment.hpp"
 #include "config/run_dir.hpp"
 #include "core/error.hpp"
@@ -170,12 +171,13 @@ std::string batch_line(const mnist::Experiment& experiment, int replicas) {
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::vector<std::string>& unsets, bool dry_run, const std::string& gpus,
                   const std::string& log_format, const std::string& resume, bool force_resume,
-                  bool overwrite, std::shared_ptr<spdlog::logger> log,
+                  bool overwrite, const std::string& data_root, std::shared_ptr<spdlog::logger> log,
                   std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
   std::vector<std::string> all = overrides;
   if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
   mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
+  mnist::apply_data_root(experiment.data, data_root);
   experiment.output.dir = mnist::expand_run_dir(experiment.output.dir, experiment.name,
                                                 experiment.seed, mnist::job_label());
   const mnist::Model model = mnist::Model::build(experiment.model);
@@ -227,7 +229,8 @@ struct Inference {
   mnist::BackendFactory backend;
 };
 
-Inference load_for_inference(const std::string& path, const std::string& data_dir = "") {
+Inference load_for_inference(const std::string& path, const std::string& data_dir = "",
+                             const std::string& data_root = "") {
   Inference inf;
   const mnist::CheckpointState meta = mnist::read_checkpoint_metadata(path);
   inf.experiment =
@@ -236,6 +239,8 @@ Inference load_for_inference(const std::string& path, const std::string& data_di
     inf.experiment.data.dir = data_dir;
     inf.experiment.data.train_images = inf.experiment.data.train_labels = "";
     inf.experiment.data.test_images = inf.experiment.data.test_labels = "";
+  } else {
+    mnist::apply_data_root(inf.experiment.data, data_root);
   }
   inf.model = std::make_unique<mnist::Model>(mnist::Model::build(inf.experiment.model));
   inf.checkpoint = mnist::load_checkpoint(path, *inf.model);
@@ -245,9 +250,9 @@ Inference load_for_inference(const std::string& path, const std::string& data_di
   return inf;
 }
 
-int eval_command(const std::string& checkpoint, const std::string& data_dir, bool json,
-                 spdlog::logger& log) {
-  Inference inf = load_for_inference(checkpoint, data_dir);
+int eval_command(const std::string& checkpoint, const std::string& data_dir,
+                 const std::string& data_root, bool json, spdlog::logger& log) {
+  Inference inf = load_for_inference(checkpoint, data_dir, data_root);
   const mnist::Dataset data =
       mnist::load_dataset(inf.experiment.data, inf.experiment.model.classes);
   std::unique_ptr<mnist::Backend> backend = inf.backend(0);
@@ -406,6 +411,10 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       ->type_name("KEY");
   app.add_flag("--dry-run", dry_run,
                "validate, print the resolved config and the layer table, exit");
+  std::string data_root_option;
+  app.add_option("--data-root", data_root_option,
+                 "where data.dir's default data/<dataset> is looked for: DIR/<dataset> "
+                 "(default: $MNIST_DATA, else data/ of the working directory)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--log-format", log_format, "standard or seed (the seed's Step:N:loss acc lines)");
   app.add_option("--gpus", gpus, "GPU ordinals to use, e.g. 0,1 (overrides devices.gpus)");
@@ -515,6 +524,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       logger->set_pattern(fmt::format("[%H:%M:%S] {} %^%l%$ %v", group.label()));
       if (group.rank() != 0) logger->set_level(std::max(logger->level(), spdlog::level::warn));
     }
+    const std::string root = mnist::data_root(data_root_option);
     const bool training =
         !*devices_cmd && !*convert_cmd && !*eval_cmd && !*predict_cmd && !*bench_cmd && !dry_run;
     if (!training) restore_default_signals();
@@ -527,7 +537,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       logger->info("wrote {} train and {} test images to {}", counts.train, counts.test, out_dir);
       return kExitOk;
     }
-    if (*eval_cmd) return eval_command(checkpoint_path, eval_data, eval_json, *logger);
+    if (*eval_cmd) return eval_command(checkpoint_path, eval_data, root, eval_json, *logger);
     if (*predict_cmd) return predict_command(checkpoint_path, predict_images, predict_json);
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
@@ -539,7 +549,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       return kExitUsage;
     }
     return train_command(config_path, overrides, unsets, dry_run, gpus, log_format, resume,
-                         force_resume, overwrite, logger, progress, group);
+                         force_resume, overwrite, root, logger, progress, group);
   } catch (...) {
     // The error message starts on a clean line, not after a half-erased status line.
     if (progress) progress->finish();
