@@ -318,9 +318,9 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
   mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
   std::vector<mnist::Engine> engine_list;
-  if (engines.empty() && devices.kind == mnist::DeviceKind::cpu) {
-    engine_list = {devices.engine};  // the config's own
-  } else if (engines.empty() || engines == "all") {
+  if (engines.empty()) {
+    engine_list = {devices.engine};  // the config's own, on the CPU and on GPUs alike
+  } else if (engines == "all") {
     engine_list =
         devices.kind == mnist::DeviceKind::cpu ? mnist::cpu_engines() : mnist::cuda_engines();
   } else {
@@ -365,8 +365,9 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
       one.gpus.resize(std::min<std::size_t>(one.gpus.size(), 1));
       std::shared_ptr<mnist::Communicator> comm;
       if (!no_allreduce) comm = mnist::make_communicator(one);
-      const mnist::BenchmarkResult r =
+      mnist::BenchmarkResult r =
           mnist::run_benchmark(experiment, model, one.factory()(0), comm, options);
+      r.engine = mnist::to_string(engine_list[e]);
       rates[e].push_back(r.samples_per_second);
       if (json) {
         std::cout << mnist::benchmark_json(r) << "\n";
@@ -466,7 +467,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
   bench_cmd->add_option("--engines", bench_engines,
                         "engines to compare: all, or a list such as native,blas (CPU) or "
-                        "native,cublas,cudnn (CUDA; default all); CPU default: the config's");
+                        "native,cublas,cudnn (CUDA); default: the config's devices.engine");
   bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
   int bench_rounds = 1;
   bench_cmd

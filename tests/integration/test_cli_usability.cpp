@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -200,4 +201,27 @@ TEST_CASE("the version flag names the MPI implementation, not only the standard"
   CHECK(has(r, "MPI:      yes (standard "));
   CHECK(has(r, "; built with "));
   CHECK(has(r, "; library "));
+}
+
+TEST_CASE("bench --json names each record's engine; the default is the config's engine",
+          "[cli][usability]") {
+  const std::string bench =
+      "bench --config configs/cpu_quickstart.yaml --set devices.threads=1 --steps 1 --warmup 0 "
+      "--batch 4 --json";
+  Result r = run_cli(bench, false);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.rfind("{\"engine\":\"native\",", 0) == 0);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);  // one engine: the config's
+  r = run_cli(bench + " --engines all", false);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  std::istringstream lines(r.output);
+  int records = 0;
+  for (std::string line; std::getline(lines, line); ++records) {
+    const mnist::json::Value v = mnist::json::parse(line, "bench --json");
+    REQUIRE(v.find("engine"));
+    CHECK(!v.find("engine")->text.empty());
+  }
+  CHECK(records >= 1);
 }
