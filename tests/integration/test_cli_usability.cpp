@@ -203,7 +203,7 @@ TEST_CASE("the version flag names the MPI implementation, not only the standard"
   CHECK(has(r, "; library "));
 }
 
-TEST_CASE("bench --json names each record's engine; the default is the config's engine",
+TEST_CASE("bench --json names each record's engine, and the default is the config's engine",
           "[cli][usability]") {
   const std::string bench =
       "bench --config configs/cpu_quickstart.yaml --set devices.threads=1 --steps 1 --warmup 0 "
