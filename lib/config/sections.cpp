@@ -6,6 +6,7 @@
 #include "config/sections.hpp"
 
 #include "config/layer_kinds.hpp"
+#include "config/run_dir.hpp"
 #include "core/error.hpp"
 
 namespace mnist::config_detail {
@@ -245,6 +246,9 @@ Experiment build_experiment(const Reporter& r, const YAML::Node& root) {
   e.schedule = parse_schedule(top, e.optimizer);
   Section out = top.section("output", {"dir", "log_format", "tensorboard"});
   out.text("dir", e.output.dir);
+  // Checked here, with the key's line; filled in when a run starts (config/run_dir.hpp).
+  if (const std::string rule = run_dir_template_error(e.output.dir); !rule.empty())
+    r.fail_value(out.value("dir"), "output.dir", rule);
   out.choice("log_format", e.output.log_format);
   out.boolean("tensorboard", e.output.tensorboard);
   if (e.output.dir.empty()) e.output.dir = "runs/" + e.name;

@@ -67,6 +67,39 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return fmt::format(" did you mean '{}'?", *best);
 }
 
+namespace {
+
+// Other tools' names for our keys, which no edit distance finds ("learning_rate" is 11 edits from
+// "lr"); offered only where the section knows the key suggested.
+struct KeySynonym {
+  const char* theirs;
+  const char* ours;
+};
+constexpr KeySynonym kKeySynonyms[] = {
+    {"learning_rate", "lr"},
+    {"lr_rate", "lr"},
+    {"batch_size", "batch_per_device"},
+    {"max_steps", "steps"},
+    {"num_steps", "steps"},
+    {"num_epochs", "epochs"},
+    {"epoch", "epochs"},
+    {"num_workers", "cpu_workers"},
+    {"num_threads", "threads"},
+    {"output_dir", "dir"},
+};
+
+// " did you mean 'x'?" for a misspelt key or another tool's name for one, else "".
+std::string hint_for_key(const std::string& name, const std::vector<std::string>& known) {
+  std::string hint = did_you_mean(name, known);
+  if (!hint.empty()) return hint;
+  for (const KeySynonym& s : kKeySynonyms)
+    if (name == s.theirs && std::find(known.begin(), known.end(), s.ours) != known.end())
+      return fmt::format(" did you mean '{}'?", s.ours);
+  return "";
+}
+
+}  // namespace
+
 // A value as the user wrote it, for messages.
 std::string show(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return "an empty value";
@@ -216,7 +249,7 @@ Section::Section(const Reporter& r, const YAML::Node& node, std::string path,
       std::string where = path_.empty() ? "at the top level" : "in " + path_;
       r_.fail_at(key.Mark(), child(name),
                  fmt::format("unknown key '{}' {};{} known keys: {}", name, where,
-                             did_you_mean(name, known_), join(known_)));
+                             hint_for_key(name, known_), join(known_)));
     }
     entries_.push_back({name, key, it->second});
   }

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/native/isa.hpp"
 #include "comm/communicator.hpp"
+#include "core/cpu_threads.hpp"
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/rng.hpp"
@@ -212,7 +213,7 @@ FmaPeak probe_cpu_fma_peak(int threads) {
   FmaPeak p;
   const cpu::native::Isa isa = cpu::native::chosen_isa();
   p.isa = cpu::native::isa_name(isa);
-  p.threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  p.threads = threads > 0 ? threads : usable_cpu_threads().count;
   p.gflops = cpu::native::fma_peak_gflops(isa, p.threads);
   return p;
 }
@@ -273,15 +274,16 @@ std::string benchmark_json(const BenchmarkResult& r) {
   for (std::size_t i = 0; i < r.conv_algorithms.size(); ++i)
     algorithms += (i ? "," : "") + json::quote(r.conv_algorithms[i]);
   return fmt::format(
-      "{{\"device\":{},\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_second\":{:.6g},"
+      "{{\"engine\":{},\"device\":{},\"batch\":{},\"steps\":{},\"step_ms\":{:.6g},\"samples_per_"
+      "second\":{:.6g},"
       "\"kernels_per_step\":{:.6g},\"library_calls_per_step\":{:.6g},\"copies_per_step\":{:.6g},"
       "\"host_syncs_per_step\":{:.6g},\"loss_ms\":{:.6g},\"update_ms\":{:.6g},\"optimizer\":{},"
       "\"allreduce_ms\":{:.6g},"
       "\"communicator\":{},\"device_bytes\":{},\"layers\":[{}],\"conv_algorithms\":[{}]}}",
-      json::quote(r.device), r.batch, r.steps, r.step_ms, r.samples_per_second, r.kernels_per_step,
-      r.library_calls_per_step, r.copies_per_step, r.host_syncs_per_step, r.loss_ms, r.update_ms,
-      json::quote(r.optimizer), r.allreduce_ms, json::quote(r.communicator), r.device_bytes, layers,
-      algorithms);
+      json::quote(r.engine), json::quote(r.device), r.batch, r.steps, r.step_ms,
+      r.samples_per_second, r.kernels_per_step, r.library_calls_per_step, r.copies_per_step,
+      r.host_syncs_per_step, r.loss_ms, r.update_ms, json::quote(r.optimizer), r.allreduce_ms,
+      json::quote(r.communicator), r.device_bytes, layers, algorithms);
 }
 
 }  // namespace mnist

@@ -21,6 +21,7 @@ struct BenchmarkOptions {
 };
 
 struct BenchmarkResult {
+  std::string engine;  // the engine measured (set by the caller, which chose it)
   std::string device;
   int batch = 0;
   int steps = 0;

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <thread>
 
+#include "core/cpu_threads.hpp"
 #include "core/error.hpp"
 
 namespace mnist {
@@ -104,8 +105,9 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
     if (config.gpus_mode == GpuSelection::auto_count) listed_gpus = config.gpus_auto_count;
     if (listed_gpus > 0) plan.cpu_workers = listed_gpus;
   }
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = config.threads > 0 ? config.threads : cores;
+  // 0: what the process may use (its affinity mask, OMP_NUM_THREADS), not the machine's cores,
+  // which on a shared box or under a Slurm cpuset oversubscribes the CPUs it was given.
+  const int threads = config.threads > 0 ? config.threads : usable_cpu_threads().count;
   plan.threads_per_worker = std::max(1, threads / plan.cpu_workers);
   const std::vector<Engine> engines = cpu_engines();
   if (std::find(engines.begin(), engines.end(), config.engine) == engines.end()) {

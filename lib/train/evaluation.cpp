@@ -118,4 +118,16 @@ std::string format_report(const EvaluationReport& r) {
   return out;
 }
 
+std::string report_json(const EvaluationReport& r) {
+  // JSON has no NaN: a class without test images has accuracy null.
+  auto number = [](double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null"; };
+  std::vector<std::string> accuracy, rows;
+  for (double a : r.class_accuracy) accuracy.push_back(number(a));
+  for (const auto& row : r.confusion) rows.push_back(fmt::format("[{}]", fmt::join(row, ",")));
+  return fmt::format(
+      "{{\"samples\":{},\"loss\":{},\"accuracy\":{},\"class_accuracy\":[{}],\"confusion\":[{}]}}",
+      r.samples, number(r.loss), number(r.accuracy), fmt::join(accuracy, ","),
+      fmt::join(rows, ","));
+}
+
 }  // namespace mnist

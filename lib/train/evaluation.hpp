@@ -39,5 +39,8 @@ EvaluationReport evaluate_model(const Experiment& experiment, const Model& model
                                 const ImageSet& test, int batch = 1000);
 
 std::string format_report(const EvaluationReport& r);
+// The report as one JSON object (one line, no newline): samples, loss, accuracy, class_accuracy
+// (null for a class with no test image) and confusion ([true class][predicted class]).
+std::string report_json(const EvaluationReport& r);
 
 }  // namespace mnist

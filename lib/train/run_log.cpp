@@ -83,18 +83,25 @@ void RunLog::finish(const TrainSummary& s, const std::string& devices,
     log_->info("Done");
     log_->info("Testing Accuracy: {:.4f}", s.final_eval.accuracy);
   }
+  // After a resume the time and rate are of the steps this process ran, and the line says so.
+  const int64_t ran = s.steps - s.first_step;
+  const std::string steps =
+      s.first_step == 0
+          ? fmt::format("{} step{} of {}", s.steps, s.steps == 1 ? "" : "s", s.global_batch)
+          : fmt::format("step {} (resumed at {}: {} step{} of {} run here)", s.steps, s.first_step,
+                        ran, ran == 1 ? "" : "s", s.global_batch);
   log_->info(
-      "done: {} steps of {} in {:.2f} s ({:.0f} samples/s); test accuracy {:.4f}, loss {:.4f}; "
+      "done: {} in {:.2f} s ({:.0f} samples/s); test accuracy {:.4f}, loss {:.4f}; "
       "run directory {}",
-      s.steps, s.global_batch, s.wall_seconds, s.samples_per_second, s.final_eval.accuracy,
-      s.final_eval.loss, dir_);
+      steps, s.wall_seconds, s.samples_per_second, s.final_eval.accuracy, s.final_eval.loss, dir_);
   const std::string summary = fmt::format(
-      "{{\"name\":{},\"steps\":{},\"global_batch\":{},\"wall_seconds\":{},\"samples_per_second\":{}"
+      "{{\"name\":{},\"steps\":{},\"first_step\":{},\"global_batch\":{},\"wall_seconds\":{},"
+      "\"samples_per_second\":{}"
       ","
       "\"final_train_loss\":{},\"final_train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},"
       "\"test_samples\":{},\"devices\":{},\"data\":{}}}\n",
-      json::quote(experiment_.name), s.steps, s.global_batch, json_number(s.wall_seconds),
-      json_number(s.samples_per_second), json_number(s.last_step.loss),
+      json::quote(experiment_.name), s.steps, s.first_step, s.global_batch,
+      json_number(s.wall_seconds), json_number(s.samples_per_second), json_number(s.last_step.loss),
       json_number(s.last_step.accuracy), json_number(s.final_eval.loss),
       json_number(s.final_eval.accuracy), s.final_eval.samples, json::quote(devices),
       json::quote(data_source));

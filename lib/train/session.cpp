@@ -181,8 +181,9 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
                   group.rank() * devices.workers(), trainer_options);
   trainer_ptr = &trainer;
   const BatchPlan& plan = trainer.plan();
-  log->info("devices: {} ({}); gradients: {}; {} steps, global batch {} ({} per replica){}",
-            devices.describe(), trainer.device_names(), comm->name(), plan.steps, plan.global_batch,
+  log->info("devices: {} ({}); gradients: {}; {} step{}, global batch {} ({} per replica){}",
+            devices.describe(), trainer.device_names(), comm->name(), plan.steps,
+            plan.steps == 1 ? "" : "s", plan.global_batch,
             plan.slice_begin[1] - plan.slice_begin[0],
             experiment.train.scale_lr_with_devices ? fmt::format(", lr scaled x{}", replicas) : "");
   if (resume) {

@@ -350,6 +350,7 @@ TrainSummary Trainer::run(RunObserver& observer) {
     }
   }
   summary.steps = next_step_;
+  summary.first_step = first_step;
   summary.wall_seconds = train_seconds;
   summary.samples_per_second = (next_step_ - first_step) * static_cast<double>(plan_.global_batch) /
                                std::max(train_seconds, 1e-9);

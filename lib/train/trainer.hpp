@@ -56,10 +56,11 @@ struct ProgressRecord {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;       // the step reached
+  int64_t first_step = 0;  // the step this process started from (a resume's checkpoint step)
   int global_batch = 0;
-  double wall_seconds = 0;        // training steps only (setup and evaluation excluded)
-  double samples_per_second = 0;  // steps * global batch / wall_seconds
+  double wall_seconds = 0;        // the steps this process ran only (setup, evaluation excluded)
+  double samples_per_second = 0;  // (steps - first_step) * global batch / wall_seconds
   StepRecord last_step;
   EvalRecord final_eval;  // not filled when the run stopped early
   int stop_reason = 0;    // non-zero: TrainerOptions::stop_requested ended the run at `steps`

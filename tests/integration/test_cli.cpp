@@ -141,6 +141,7 @@ TEST_CASE("a short CPU run writes the run directory and exits 0", "[cli]") {
 
 TEST_CASE("the seed log format prints Step:N:loss acc lines", "[cli]") {
   const auto dir = std::filesystem::temp_directory_path() / "mnist-train-cli-seed";
+  std::filesystem::remove_all(dir);  // a fresh run refuses a used folder
   const Result r = run_cli(
       "--config configs/cpu_quickstart.yaml --set train.steps=2 --set train.log_every=1 "
       "--log-format seed --set output.dir=" +
@@ -313,16 +314,17 @@ TEST_CASE("special files exit 2 by name and never block: config, data, outputs",
   std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte"));
   mnist::test::write_idx_labels(dir.file("t10k-labels-idx1-ubyte"), std::vector<uint8_t>(16, 1));
 
-  // A FIFO left as metrics.jsonl: refused; one left as summary.json: replaced.
+  // A FIFO left as metrics.jsonl: refused; one left as summary.json: replaced. (--resume auto: a
+  // fresh run would refuse the used folder before it met either.)
   std::filesystem::create_directories(dir.file("run"));
   REQUIRE(::mkfifo(dir.file("run/metrics.jsonl").c_str(), 0600) == 0);
-  r = run_cli(run);
+  r = run_cli(run + "--resume auto");
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK((has(r, "metrics.jsonl") && has(r, "FIFO")));
   std::filesystem::remove(dir.file("run/metrics.jsonl"));
   REQUIRE(::mkfifo(dir.file("run/summary.json").c_str(), 0600) == 0);
-  r = run_cli(run);
+  r = run_cli(run + "--resume auto");
   INFO(r.output);
   CHECK(r.code == 0);
   CHECK(std::filesystem::is_regular_file(dir.file("run/summary.json")));
@@ -419,4 +421,46 @@ TEST_CASE("bench --engines with an engine the devices do not run is a usage erro
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK((has(r, "--engines: 'cudnn'") && has(r, "native")));
+}
+
+// A shell command from the source directory, for runs that need a wrapper (taskset) or an
+// environment of their own; `bin` is the quoted binary.
+Result run_shell(const std::string& command) {
+  const std::string bin = "'" MNIST_TRAIN_BIN "'";
+  std::string line = command;
+  for (std::size_t at; (at = line.find("BIN")) != std::string::npos;) line.replace(at, 3, bin);
+  const std::string full = "cd '" MNIST_SOURCE_DIR "' && " + line + " 2>&1";
+  Result r;
+  FILE* pipe = popen(full.c_str(), "r");
+  REQUIRE(pipe);
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST_CASE("devices.threads 0 follows the affinity mask and OMP_NUM_THREADS, not the core count",
+          "[cli][threads]") {
+  // cpu_quickstart.yaml: one worker, devices.threads 0. With OMP_NUM_THREADS unset the plan takes
+  // every CPU of the mask, as many as nproc counts (it reads the same mask).
+  const std::string plan =
+      " BIN --config configs/cpu_quickstart.yaml --dry-run | grep '^devices: '";
+  const Result n = run_shell("env -u OMP_NUM_THREADS nproc");
+  REQUIRE(n.code == 0);
+  const int nproc = std::stoi(n.output);
+  Result r = run_shell("env -u OMP_NUM_THREADS" + plan);
+  INFO(r.output);
+  CHECK(r.output == "devices: cpu, 1 worker x " + std::to_string(nproc) +
+                        (nproc == 1 ? " thread, engine native\n" : " threads, engine native\n"));
+  r = run_shell("taskset -c 0 env -u OMP_NUM_THREADS" + plan);
+  INFO(r.output);
+  CHECK(r.output == "devices: cpu, 1 worker x 1 thread, engine native\n");
+  r = run_shell("env OMP_NUM_THREADS=1" + plan);
+  INFO(r.output);
+  CHECK(r.output == "devices: cpu, 1 worker x 1 thread, engine native\n");
+  // An explicit devices.threads is the user's choice, whatever the mask.
+  r = run_shell("taskset -c 0 env -u OMP_NUM_THREADS" + plan.substr(0, plan.find(" |")) +
+                " --set devices.threads=3 | grep '^devices: '");
+  CHECK(r.output == "devices: cpu, 1 worker x 3 threads, engine native\n");
 }
