@@ -65,7 +65,12 @@ std::string some(const std::vector<std::string>& names) {
 RunFolderLock::RunFolderLock(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) MNIST_THROW(RuntimeError, "cannot create the run directory {}: {}", dir, ec.message());
+  // The path is the config's (output.dir): a usage error, not a runtime failure.
+  if (ec)
+    MNIST_THROW(ConfigError,
+                "output.dir: cannot create the run directory '{}': {} (output.dir must name a "
+                "folder this process can create and write)",
+                dir, ec.message());
   const std::string path = (fs::path(dir) / kRunLockName).string();
   // O_NOFOLLOW: a link under the lock's name is not followed out of the folder.
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);

@@ -25,7 +25,12 @@ RunLog::RunLog(const Experiment& experiment, std::shared_ptr<spdlog::logger> log
   if (!write_files_) return;
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
-  if (ec) MNIST_THROW(RuntimeError, "cannot create the run directory {}: {}", dir_, ec.message());
+  // The path is the config's (output.dir): a usage error, not a runtime failure.
+  if (ec)
+    MNIST_THROW(ConfigError,
+                "output.dir: cannot create the run directory '{}': {} (output.dir must name a "
+                "folder this process can create and write)",
+                dir_, ec.message());
   // Replaced, never opened: whatever is under the name (a FIFO, say) cannot block the write.
   const std::string config = to_yaml(experiment);
   write_file_atomically(dir_ + "/config.yaml", config.data(), config.size());
@@ -33,7 +38,10 @@ RunLog::RunLog(const Experiment& experiment, std::shared_ptr<spdlog::logger> log
   require_regular_or_absent(dir_ + "/metrics.jsonl", "output.dir");
   metrics_.open(dir_ + "/metrics.jsonl", std::ios::app);
   if (!metrics_)
-    MNIST_THROW(RuntimeError, "cannot write to the run directory {} (metrics.jsonl)", dir_);
+    MNIST_THROW(ConfigError,
+                "output.dir: cannot write metrics.jsonl in the run directory '{}' (output.dir "
+                "must name a folder this process can create and write)",
+                dir_);
 }
 
 std::string RunLog::step_json(const StepRecord& r) {

@@ -726,3 +726,17 @@ TEST_CASE("every exit code of the README's table is what the tool returns in its
     CHECK(r.code == code);
   }
 }
+
+TEST_CASE("an unusable output.dir is the config's error: exit 2 naming the key", "[lifecycle]") {
+  require_data();
+  TempDir tmp("unusable-dir");
+  for (const fs::path& dir : {fs::path("/dev/null") / "run",   // below a regular file
+                              tmp / std::string(300, 'x')}) {  // a component beyond NAME_MAX
+    CAPTURE(dir.string());
+    const Ran r = run(train_args(dir, 1), tmp / "run.log");
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("output.dir") != std::string::npos);
+    CHECK(r.output.find("cannot create the run directory") != std::string::npos);
+  }
+}
