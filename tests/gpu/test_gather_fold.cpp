@@ -210,24 +210,17 @@ TEST_CASE("a convolution that cannot gather its batch gets it gathered first, wi
       auto running = upload(g, std::vector<float>(12, 0.5f));
       const mnist::BatchNormFinalize bn{count,          kEpsilon,    kDecay,         stats.g() + 12,
                                         stats.g() + 18, running.g(), running.g() + 6};
+      BatchGather b;
+      b.images = px.g();
+      b.labels = lb.g();
+      b.pixels = pixels;
+      b.ring = indices.g();
+      b.x = x.g();
+      b.y = labels.g();
       if (gathered) {
-        BatchGather b;
-        b.images = px.g();
-        b.labels = lb.g();
-        b.pixels = pixels;
-        b.ring = indices.g();
-        b.x = x.g();
-        b.y = labels.g();
         g.fused().conv2d_forward_batch_norm_gathered(geo, b, w.g(), nullptr, y.g(), stats.g(),
                                                      stats.g() + 6, bn, ws.data());
       } else {
-        BatchGather b;
-        b.images = px.g();
-        b.labels = lb.g();
-        b.pixels = pixels;
-        b.ring = indices.g();
-        b.x = x.g();
-        b.y = labels.g();
         g.gather_batch(b, n);
         g.fused().conv2d_forward_stats(geo, x.g(), w.g(), nullptr, y.g(), stats.g(), stats.g() + 6,
                                        &bn, ws.data());

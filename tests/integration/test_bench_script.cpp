@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 
+#include "support/command.hpp"
 #include "support/idx_writer.hpp"
 
 TEST_CASE("the CPU comparison's ratio is against the tuned PyTorch, the untuned one beside it",
@@ -30,15 +31,11 @@ TEST_CASE("the CPU comparison's ratio is against the tuned PyTorch, the untuned 
                               "' MNIST_TRAIN='" MNIST_TRAIN_BIN
                               "' bash scripts/bench_cpu_vs_pytorch.sh --rounds 1 --batch 16 "
                               "--steps 1 --threads 1 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
-  const int status = pclose(pipe);
+  const mnist::test::CommandResult r = mnist::test::run_command(command);
+  const std::string& out = r.output;
   INFO(out);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(r.code != -1);
+  REQUIRE(r.code == 0);
   std::smatch m;
   REQUIRE(std::regex_search(out, m,
                             std::regex(R"(mnist-train \(native, 1 threads\) (\d+) samples/s)")));

@@ -9,28 +9,19 @@
 
 #include <sys/stat.h>
 
+#include "support/command.hpp"
 #include "support/idx_writer.hpp"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = mnist::test::CommandResult;
 
 // Runs the real binary with `args` (a shell-quoted string) from the source directory. A run that
 // would hang (a FIFO waited on) is killed after 120 s and reads as exit 124 or 137.
 Result run_cli(const std::string& args) {
   const std::string command =
       "cd '" MNIST_SOURCE_DIR "' && timeout -k 5 120 '" MNIST_TRAIN_BIN "' " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return mnist::test::run_command(command);
 }
 
 std::string temp_file(const std::string& name, const std::string& text) {
@@ -430,14 +421,7 @@ Result run_shell(const std::string& command) {
   std::string line = command;
   for (std::size_t at; (at = line.find("BIN")) != std::string::npos;) line.replace(at, 3, bin);
   const std::string full = "cd '" MNIST_SOURCE_DIR "' && " + line + " 2>&1";
-  Result r;
-  FILE* pipe = popen(full.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return mnist::test::run_command(full);
 }
 
 TEST_CASE("devices.threads 0 follows the affinity mask and OMP_NUM_THREADS, not the core count",

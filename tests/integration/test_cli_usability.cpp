@@ -12,30 +12,21 @@
 #include <sstream>
 
 #include "core/json.hpp"
+#include "support/command.hpp"
 #include "support/idx_writer.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = mnist::test::CommandResult;
 
 // The binary with `args` (shell-quoted) from the source directory; `stderr_too` merges stderr.
 Result run_cli(const std::string& args, bool stderr_too = true) {
   const std::string command = "cd '" MNIST_SOURCE_DIR "' && timeout -k 5 120 '" MNIST_TRAIN_BIN
                               "' " +
                               args + (stderr_too ? " 2>&1" : " 2>/dev/null");
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return mnist::test::run_command(command);
 }
 
 bool has(const Result& r, const std::string& part) {

@@ -7,26 +7,17 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "support/command.hpp"
 #include "support/idx_writer.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
+using Result = mnist::test::CommandResult;
 
 Result shell(const std::string& command) {
-  Result r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return mnist::test::run_command(command + " 2>&1");
 }
 
 bool has(const Result& r, const std::string& part) {

@@ -13,16 +13,14 @@
 #include <fstream>
 #include <thread>
 
+#include "support/command.hpp"
 #include "support/idx_writer.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = mnist::test::CommandResult;
 
 // Runs the binary from the source directory with `env` (a shell prefix such as "A=1 ") and `args`
 // (shell-quoted). The Slurm variables of a test itself run under Slurm are removed first, so each
@@ -32,14 +30,7 @@ Result run_cli(const std::string& env, const std::string& args) {
                               "' && env -u SLURM_JOB_ID -u SLURM_ARRAY_JOB_ID "
                               "-u SLURM_ARRAY_TASK_ID " +
                               env + " timeout -k 5 120 '" MNIST_TRAIN_BIN "' " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return mnist::test::run_command(command);
 }
 
 // Two steps of the quick-start config on the small real subset, one kernel thread.
@@ -226,15 +217,11 @@ TEST_CASE("the sbatch examples checkpoint periodically into one folder per job a
           "cd '" MNIST_SOURCE_DIR "' && env -u SLURM_ARRAY_JOB_ID -u SLURM_ARRAY_TASK_ID PATH='" +
           tmp.path() + "':\"$PATH\" MNIST_TRAIN='" MNIST_TRAIN_BIN "' " + env +
           " bash scripts/slurm/" + script + ".sbatch --dry-run --set devices.backend=auto 2>&1";
-      FILE* pipe = popen(command.c_str(), "r");
-      REQUIRE(pipe);
-      std::string output;
-      std::array<char, 4096> buf;
-      while (std::fgets(buf.data(), buf.size(), pipe)) output += buf.data();
-      const int status = pclose(pipe);
+      const Result r = mnist::test::run_command(command);
+      const std::string& output = r.output;
       INFO(script << ": " << output);
-      CHECK(WIFEXITED(status));
-      CHECK(WEXITSTATUS(status) == 0);
+      CHECK(r.code != -1);
+      CHECK(r.code == 0);
       CHECK(contains(output, "dir: " + folder + "\n"));
       CHECK(contains(output, "checkpoint:\n  every: 500\n"));
     }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/json.hpp"
+#include "support/command.hpp"
 #include "support/idx_writer.hpp"
 #include "support/python.hpp"
 
@@ -21,21 +22,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout, or stdout and stderr together
-};
+using Result = mnist::test::CommandResult;
 
 Result shell(const std::string& command) {
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf;
-  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;)
-    r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return mnist::test::run_command(command);
 }
 
 // 20 steps of 32 images of the quick-start config on the small real subset, logged every 5,
@@ -69,18 +59,19 @@ TEST_CASE("a pipe gets the log lines alone, --progress always draws the live lin
   const mnist::test::ScratchDir scratch;
   const fs::path dir = scratch.path();
   const Result piped = train(dir / "piped", "");
-  INFO(piped.out);
+  INFO(piped.output);
   REQUIRE(piped.code == 0);
-  CHECK(piped.out.find('\r') == std::string::npos);
-  CHECK(piped.out.find("\x1b[K") == std::string::npos);
-  CHECK(piped.out.find("step 20/20") != std::string::npos);  // the log line
+  CHECK(piped.output.find('\r') == std::string::npos);
+  CHECK(piped.output.find("\x1b[K") == std::string::npos);
+  CHECK(piped.output.find("step 20/20") != std::string::npos);  // the log line
 
   const Result drawn = train(dir / "drawn", "--progress always");
-  INFO(drawn.out);
+  INFO(drawn.output);
   REQUIRE(drawn.code == 0);
-  CHECK(drawn.out.find("\r\x1b[Kstep 20/20 [########################] 100%") != std::string::npos);
+  CHECK(drawn.output.find("\r\x1b[Kstep 20/20 [########################] 100%") !=
+        std::string::npos);
   // Every log line starts on a clean line: where the status line was drawn, it is erased first.
-  std::istringstream lines(drawn.out);
+  std::istringstream lines(drawn.output);
   for (std::string line; std::getline(lines, line);) {
     const std::size_t log = line.find("] info ");
     if (log == std::string::npos || log < 9) continue;
@@ -97,7 +88,7 @@ TEST_CASE("TensorBoard event files decode with protobuf and match metrics.jsonl"
   const mnist::test::ScratchDir scratch;
   const fs::path dir = scratch.path();
   const Result run = train(dir / "run", "--set output.tensorboard=true");
-  INFO(run.out);
+  INFO(run.output);
   REQUIRE(run.code == 0);
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir / "run" / "tb"))
@@ -108,11 +99,11 @@ TEST_CASE("TensorBoard event files decode with protobuf and match metrics.jsonl"
   const Result decoded =
       shell("'" + python + "' '" MNIST_SOURCE_DIR "/tests/integration/tools/read_tfevents.py' '" +
             files[0].string() + "' 2>&1");
-  INFO(decoded.out);
+  INFO(decoded.output);
   REQUIRE(decoded.code == 0);
   // step -> tag -> value, from the events and from metrics.jsonl.
   std::map<int64_t, std::map<std::string, double>> events, metrics;
-  std::istringstream event_lines(decoded.out);
+  std::istringstream event_lines(decoded.output);
   int version_events = 0;
   for (std::string line; std::getline(event_lines, line);) {
     const mnist::json::Value e = mnist::json::parse(line, "read_tfevents.py output");
@@ -164,9 +155,9 @@ TEST_CASE("scripts/plot_run.py draws two runs into one PNG", "[outputs]") {
   const Result plot =
       shell("'" + python + "' '" MNIST_SOURCE_DIR "/scripts/plot_run.py' '" + (dir / "a").string() +
             "' '" + (dir / "b").string() + "' -o '" + png.string() + "' 2>&1");
-  INFO(plot.out);
+  INFO(plot.output);
   REQUIRE(plot.code == 0);
-  CHECK(plot.out.find("(2 runs)") != std::string::npos);
+  CHECK(plot.output.find("(2 runs)") != std::string::npos);
   std::ifstream in(png, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   REQUIRE(bytes.size() > 10000);  // a drawn figure, not an empty canvas
@@ -182,5 +173,5 @@ TEST_CASE("scripts/plot_run.py draws two runs into one PNG", "[outputs]") {
   const Result bad = shell("'" + python + "' '" MNIST_SOURCE_DIR "/scripts/plot_run.py' '" +
                            dir.string() + "' -o '" + png.string() + "' 2>&1");
   CHECK(bad.code != 0);
-  CHECK(bad.out.find("no metrics.jsonl") != std::string::npos);
+  CHECK(bad.output.find("no metrics.jsonl") != std::string::npos);
 }

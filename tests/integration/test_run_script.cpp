@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/command.hpp"
 #include "support/idx_writer.hpp"
 
 namespace fs = std::filesystem;
@@ -35,15 +36,11 @@ std::string fetched_for(const std::string& args) {
   stub(root / "build/bin/mnist-train", "exit 0\n");
   const std::string command = "env -u BUILD_DIR bash '" + (root / "scripts/run.sh").string() +
                               "' configs/cpu_quickstart.yaml " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf;
-  std::string out;
-  while (std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
-  const int status = pclose(pipe);
+  const mnist::test::CommandResult r = mnist::test::run_command(command);
+  const std::string& out = r.output;
   INFO(out);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(r.code != -1);
+  REQUIRE(r.code == 0);
   std::ifstream in(root / "fetched");
   std::string fetched;
   std::getline(in, fetched);
