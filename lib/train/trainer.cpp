@@ -17,7 +17,7 @@ namespace mnist {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-enum Job : int { kNone, kTrain, kAverageState, kEvaluate, kFetch, kRestore, kStop };
+enum Job : int { kNone, kTrain, kAverageState, kEvaluate, kFetch, kRestore, kChecksums, kStop };
 
 // A worker's error with `prefix` (who, step, phase) before its message, as the same type, so the
 // exit code main() picks for it stays the one of the error the worker met.
@@ -68,6 +68,7 @@ struct Trainer::Shared {
   // Results copied out by worker 0.
   float metrics[kMetricSlots] = {0, 0, 0};
   CheckpointState transfer;  // kFetch (worker 0 writes) and kRestore (every worker reads)
+  std::vector<uint32_t> checksums;  // kChecksums: every replica's parameter checksum
   std::shared_ptr<const RunInputs> inputs;
   BackendFactory factory;
   TrainerOptions options;
@@ -221,6 +222,10 @@ void Trainer::worker_main(std::shared_ptr<Shared> keep, int k) {
         if (k == 0) sh.transfer = worker.snapshot();
       } else if (job == kRestore) {
         worker.restore(sh.transfer);
+      } else if (job == kChecksums) {
+        enter(Phase::reduce);
+        std::vector<uint32_t> sums = worker.parameter_checksums();
+        if (k == 0) sh.checksums = std::move(sums);
       }
       // A training step stays queued on the device (no host round trip) unless its metrics
       // were read; every other job completes before the coordinator moves on.
@@ -269,6 +274,27 @@ void Trainer::step() {
   train_step(false);
 }
 
+void Trainer::check_replicas_agree() {
+  if (inputs_->replicas <= 1) return;
+  dispatch(kChecksums);
+  const std::vector<uint32_t>& sums = shared_->checksums;
+  std::string differing;
+  for (std::size_t r = 1; r < sums.size(); ++r)
+    if (sums[r] != sums[0])
+      differing += fmt::format("{}replica {} ({:08x})", differing.empty() ? "" : ", ", r, sums[r]);
+  if (differing.empty()) {
+    agreed_step_ = next_step_;
+    return;
+  }
+  MNIST_THROW(RuntimeError,
+              "after step {} the replicas' parameters differ: {} against replica 0 ({:08x}), "
+              "CRC-32C of the flat parameter buffer; they were equal at step {}. Synchronous "
+              "data parallelism keeps them bit for bit equal, so the gradient all-reduce ({}) "
+              "delivered different sums to different replicas. Stopping: no checkpoint is "
+              "written past step {}, the ones written before are kept",
+              next_step_, differing, sums[0], agreed_step_, inputs_->comm->name(), agreed_step_);
+}
+
 EvalRecord Trainer::evaluate() {
   if (inputs_->experiment.train.batch_norm == BatchNormMode::local) dispatch(kAverageState);
   dispatch(kEvaluate);
@@ -306,6 +332,7 @@ TrainSummary Trainer::run(RunObserver& observer) {
     compute_ms += step_compute;
     comm_ms += step_comm;
     if (log) {
+      check_replicas_agree();
       StepRecord r;
       r.step = next_step_;
       r.total_steps = plan_.steps;
@@ -372,6 +399,7 @@ std::vector<float> Trainer::state() {
 }
 
 CheckpointState Trainer::snapshot() {
+  check_replicas_agree();
   if (inputs_->experiment.train.batch_norm == BatchNormMode::local) dispatch(kAverageState);
   dispatch(kFetch);
   CheckpointState s = std::move(shared_->transfer);
@@ -394,6 +422,7 @@ void Trainer::restore(const CheckpointState& s) {
   dispatch(kRestore);
   shared_->transfer = {};
   next_step_ = s.step;
+  agreed_step_ = s.step;
 }
 
 }  // namespace mnist

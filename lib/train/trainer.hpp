@@ -6,6 +6,8 @@
 // One step:  coordinator: step s and its learning rate  ──►  every worker k:
 //   Worker::train_step: gather its slice of step s's batch (drawn from its own batch source),
 //   forward, backward, all-reduce, optimizer update.
+// At every logged step and before every checkpoint the coordinator compares the replicas'
+// parameter checksums (check_replicas_agree): replicas that no longer agree stop the run.
 // A failure in any worker aborts the communicator (waking the others) and surfaces from the
 // trainer's call as the worker's own exception (same type, so a DataError still exits 2) with
 // "<device> failed at step N in phase 'P': " before its message. A worker that stays in one phase
@@ -136,8 +138,12 @@ class Trainer {
   std::vector<float> params();
   std::vector<float> state();
 
+  // With several replicas, every replica's parameter checksum compared (one small all-reduce);
+  // run() calls it at every logged step and snapshot() before every checkpoint. Replicas that
+  // differ are a RuntimeError naming them, the step and the last step they agreed at.
+  void check_replicas_agree();
   // The tensors of a checkpoint (train/checkpoint.hpp's CheckpointState, the one type for what a
-  // checkpoint holds): parameters, batch-norm running statistics (averaged over the replicas first
+  // checkpoint holds), once check_replicas_agree() passed: parameters, batch-norm running statistics (averaged over the replicas first
   // with local batch norm), optimizer moments (moment2 for Adam only); `step` = steps completed.
   // Epoch, data source and metadata are left for the caller.
   CheckpointState snapshot();
@@ -155,6 +161,7 @@ class Trainer {
   const BatchPlan& plan_;  // inputs_->plan
   int local_workers_;
   int64_t next_step_ = 0;
+  int64_t agreed_step_ = 0;  // the last step check_replicas_agree() passed (or the restored one)
   std::shared_ptr<Shared> shared_;
 };
 

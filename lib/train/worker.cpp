@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/optimizer_rule.hpp"
+#include "core/crc32c.hpp"
 #include "core/error.hpp"
 #include "data/augment.hpp"
 #include "data/sampler.hpp"
@@ -384,6 +385,30 @@ void Worker::check_communicator_sums() {
                       "the paths NCCL chose"
                     : "Check the devices and the transport between them");
   }
+}
+
+std::vector<uint32_t> Worker::parameter_checksums() {
+  const std::size_t n = inputs_->model.param_count();
+  std::vector<float> params(n);
+  backend_->copy_to_host(params.data(), replica_->params(), n * sizeof(float));
+  caught_up();
+  const uint32_t own = crc32c(params.data(), n * sizeof(float));
+  if (!sums_across_replicas()) return {own};
+  // Every replica writes its checksum as two 16-bit halves into its own two slots and zeros
+  // elsewhere; the sum of one value and zeros is that value exactly in float, so one all-reduce
+  // over the run's own transport hands every replica every checksum, on every backend.
+  const std::size_t replicas = static_cast<std::size_t>(inputs_->replicas);
+  std::vector<float> slots(2 * replicas, 0.0f);
+  slots[2 * replica_index_] = static_cast<float>(own & 0xffffu);
+  slots[2 * replica_index_ + 1] = static_cast<float>(own >> 16);
+  DeviceBuffer<float> buffer(*backend_, slots.size());
+  backend_->copy_to_device(buffer.data(), slots.data(), sizeof(float) * slots.size());
+  inputs_->comm->all_reduce_sum(local_rank_, *backend_, buffer.data(), slots.size());
+  backend_->copy_to_host(slots.data(), buffer.data(), sizeof(float) * slots.size());
+  std::vector<uint32_t> sums(replicas);
+  for (std::size_t r = 0; r < replicas; ++r)
+    sums[r] = static_cast<uint32_t>(slots[2 * r]) | (static_cast<uint32_t>(slots[2 * r + 1]) << 16);
+  return sums;
 }
 
 BatchGather Worker::resident_batch(const uint8_t* pixels, const uint8_t* labels,

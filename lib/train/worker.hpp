@@ -153,6 +153,11 @@ class Worker {
   const float* test_logits(int begin, int n);
   // The metric slots after train_step(want_metrics) or evaluate(): loss sum, correct, samples.
   void metrics(float out[kMetricSlots]);
+  // Collective (every replica calls it): the CRC-32C of each replica's flat parameter buffer, in
+  // global replica order, the same vector on every replica. Synchronous data parallelism keeps
+  // the replicas' parameters bit for bit equal; a transport that delivered different sums to
+  // different replicas makes them differ. With one replica, just its own.
+  std::vector<uint32_t> parameter_checksums();
 
   // Host copies of the parameters, state and optimizer moments (moment2 only for Adam); `step` and
   // the metadata are the caller's.

@@ -20,6 +20,7 @@
 #include "comm/gpu_communicators.hpp"
 #include "core/error.hpp"
 #include "model/model.hpp"
+#include "support/faulty_communicator.hpp"
 #include "support/synthetic.hpp"
 #include "train/communicators.hpp"
 #include "train/device_plan.hpp"
@@ -223,6 +224,27 @@ TEST_CASE("distinct GPUs with NCCL and sync batch norm train like one GPU", "[gp
   REQUIRE(one.losses.size() == two.losses.size());
   for (std::size_t i = 0; i < one.losses.size(); ++i)
     CHECK(std::abs(one.losses[i] - two.losses[i]) < 1e-4);
+}
+
+TEST_CASE("GPU replicas whose sums part stop the run at the next logged step, naming them",
+          "[gpu][comm]") {
+  // Worker 1's gradient sums go wrong from step 3 (0-based 2) on, after the set-up check, on the
+  // device all-reduce of two workers sharing GPU 0; eager and captured steps alike.
+  for (const std::string graph : {"false", "true"}) {
+    INFO("train.cuda_graph=" << graph);
+    auto faulty = std::make_unique<testing::FaultyCommunicator>(
+        std::make_shared<DeviceCommunicator>(0, 2), 1);
+    testing::FaultyCommunicator* comm = faulty.get();
+    TrainerOptions options;
+    options.phase_hook = [comm](int, int64_t step, Phase phase) {
+      if (step == 2 && phase == Phase::reduce) comm->arm();
+    };
+    REQUIRE_THROWS_WITH(
+        train(on_gpus("0, 0", {"train.steps=6", "train.log_every=2", "train.cuda_graph=" + graph}),
+              options, std::move(faulty)),
+        Catch::Contains("after step 4 the replicas' parameters differ: replica 1") &&
+            Catch::Contains("equal at step 2") && Catch::Contains("faulty"));
+  }
 }
 
 TEST_CASE("a GPU worker that throws ends the run with one error naming its device",

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "data/sampler.hpp"
 #include "model/model.hpp"
+#include "support/faulty_communicator.hpp"
 #include "support/synthetic.hpp"
 #include "train/device_plan.hpp"
 #include "train/schedule.hpp"
@@ -196,4 +197,74 @@ TEST_CASE("a transport that sums wrongly stops the run at set-up naming it and t
     CHECK_THAT(message, Catch::Contains("element 5 of replica 1 is 19, the sum over the 2 "
                                         "replicas is 18"));
   }
+}
+
+namespace {
+struct LoggedSteps : RunObserver {
+  std::vector<int64_t> steps;
+  void on_step(const StepRecord& r) override { steps.push_back(r.step); }
+};
+}  // namespace
+
+TEST_CASE("replicas whose parameters part stop the run at the next logged step, naming them",
+          "[worker][comm]") {
+  const Experiment e = small_experiment(
+      {"train.steps=8", "train.log_every=2", "devices.cpu_workers=3", "train.global_batch=48"});
+  const Model model = Model::build(e.model);
+  const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32));
+  const BackendFactory backends = plan_devices(e.devices, {}).factory();
+  // Worker 2's gradient sums go wrong from step 5 (0-based 4) on, after the set-up check passed.
+  auto comm = std::make_shared<testing::FaultyCommunicator>(
+      std::make_shared<ThreadCommunicator>(3), 2);
+  std::vector<int64_t> checkpoints;
+  TrainerOptions options;
+  options.phase_hook = [&](int, int64_t step, Phase phase) {
+    if (step == 4 && phase == Phase::reduce) comm->arm();
+  };
+  options.checkpoint_every = 2;
+  Trainer* trainer_ptr = nullptr;
+  // Like the session's checkpoint writer: a checkpoint is a snapshot, which checks first.
+  options.on_checkpoint = [&](int64_t step) {
+    trainer_ptr->snapshot();
+    checkpoints.push_back(step);
+  };
+  Trainer trainer(e, model, data, backends, 3, comm, 0, options);
+  trainer_ptr = &trainer;
+  LoggedSteps logged;
+  try {
+    trainer.run(logged);
+    FAIL("replicas trained apart and the run went on");
+  } catch (const RuntimeError& error) {
+    const std::string message = error.what();
+    CHECK_THAT(message, Catch::Contains("after step 6 the replicas' parameters differ: replica 2"));
+    CHECK_THAT(message, Catch::Contains("equal at step 4"));
+    CHECK_THAT(message, Catch::Contains("faulty"));
+    CHECK_THAT(message, Catch::Contains("no checkpoint is written past step 4"));
+    CHECK_THAT(message, !Catch::Contains("replica 1"));
+  }
+  // Steps 2 and 4 were logged and checkpointed; step 6, where the parting showed, is neither.
+  CHECK(logged.steps == std::vector<int64_t>{2, 4});
+  CHECK(checkpoints == std::vector<int64_t>{2, 4});
+}
+
+TEST_CASE("replicas that agree pass every check, and a checkpoint between logs is checked too",
+          "[worker][comm]") {
+  const Experiment e = small_experiment(
+      {"train.steps=5", "train.log_every=2", "devices.cpu_workers=2", "train.global_batch=32"});
+  const Model model = Model::build(e.model);
+  const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32));
+  const BackendFactory backends = plan_devices(e.devices, {}).factory();
+  auto comm = std::make_shared<testing::FaultyCommunicator>(
+      std::make_shared<ThreadCommunicator>(2), 1);
+  Trainer trainer(e, model, data, backends, 2, comm);
+  LoggedSteps logged;
+  trainer.run(logged);
+  CHECK(logged.steps == std::vector<int64_t>{2, 4, 5});
+  trainer.snapshot();  // agrees
+  // Parted after the last log: the checkpoint's snapshot refuses.
+  comm->arm();
+  trainer.step();
+  CHECK_THROWS_WITH(trainer.snapshot(),
+                    Catch::Contains("after step 6 the replicas' parameters differ: replica 1") &&
+                        Catch::Contains("equal at step 5"));
 }
