@@ -67,7 +67,7 @@ struct Trainer::Shared {
   std::vector<std::thread> threads;
   // Results copied out by worker 0.
   float metrics[kMetricSlots] = {0, 0, 0};
-  CheckpointState transfer;  // kFetch (worker 0 writes) and kRestore (every worker reads)
+  CheckpointState transfer;         // kFetch (worker 0 writes) and kRestore (every worker reads)
   std::vector<uint32_t> checksums;  // kChecksums: every replica's parameter checksum
   std::shared_ptr<const RunInputs> inputs;
   BackendFactory factory;

@@ -143,9 +143,10 @@ class Trainer {
   // differ are a RuntimeError naming them, the step and the last step they agreed at.
   void check_replicas_agree();
   // The tensors of a checkpoint (train/checkpoint.hpp's CheckpointState, the one type for what a
-  // checkpoint holds), once check_replicas_agree() passed: parameters, batch-norm running statistics (averaged over the replicas first
-  // with local batch norm), optimizer moments (moment2 for Adam only); `step` = steps completed.
-  // Epoch, data source and metadata are left for the caller.
+  // checkpoint holds), once check_replicas_agree() passed: parameters, batch-norm running
+  // statistics (averaged over the replicas first with local batch norm), optimizer moments (moment2
+  // for Adam only); `step` = steps completed. Epoch, data source and metadata are left for the
+  // caller.
   CheckpointState snapshot();
   // Loads a checkpoint's tensors into every replica and continues from its step. Sizes must match
   // the model and optimizer (moment2 may be empty: zeros).

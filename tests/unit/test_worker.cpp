@@ -214,8 +214,8 @@ TEST_CASE("replicas whose parameters part stop the run at the next logged step, 
   const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32));
   const BackendFactory backends = plan_devices(e.devices, {}).factory();
   // Worker 2's gradient sums go wrong from step 5 (0-based 4) on, after the set-up check passed.
-  auto comm = std::make_shared<testing::FaultyCommunicator>(
-      std::make_shared<ThreadCommunicator>(3), 2);
+  auto comm =
+      std::make_shared<testing::FaultyCommunicator>(std::make_shared<ThreadCommunicator>(3), 2);
   std::vector<int64_t> checkpoints;
   TrainerOptions options;
   options.phase_hook = [&](int, int64_t step, Phase phase) {
@@ -254,8 +254,8 @@ TEST_CASE("replicas that agree pass every check, and a checkpoint between logs i
   const Model model = Model::build(e.model);
   const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32));
   const BackendFactory backends = plan_devices(e.devices, {}).factory();
-  auto comm = std::make_shared<testing::FaultyCommunicator>(
-      std::make_shared<ThreadCommunicator>(2), 1);
+  auto comm =
+      std::make_shared<testing::FaultyCommunicator>(std::make_shared<ThreadCommunicator>(2), 1);
   Trainer trainer(e, model, data, backends, 2, comm);
   LoggedSteps logged;
   trainer.run(logged);
