@@ -15,6 +15,7 @@ packages=(
   libboost-context-dev    # fibers of the emulated CUDA build (MNIST_CUDA_EMULATION)
   python3-matplotlib      # scripts/plot_run.py draws a run's curves
   python3-protobuf        # the TensorBoard test decodes our event files independently
+  time                    # scripts/bad_input_memory.py measures peak memory with GNU time
 )
 
 missing=()

@@ -11,6 +11,7 @@
 
 #include "support/command.hpp"
 #include "support/idx_writer.hpp"
+#include "support/python.hpp"
 
 namespace {
 
@@ -319,6 +320,25 @@ TEST_CASE("special files exit 2 by name and never block: config, data, outputs",
   INFO(r.output);
   CHECK(r.code == 0);
   CHECK(std::filesystem::is_regular_file(dir.file("run/summary.json")));
+}
+
+TEST_CASE("on every bad input the tool exits 2 within 64 MiB of resident memory",
+          "[cli][bounds]") {
+  // scripts/bad_input_memory.py runs each class of bad input against the binary under GNU time
+  // and fails on a wrong exit code, a "bad_alloc" or a hang; here with a 64 MiB gzip bomb.
+  const std::string python = mnist::test::find_python("gzip");
+  REQUIRE(!python.empty());
+  const Result r = mnist::test::run_command(
+      "cd '" MNIST_SOURCE_DIR "' && '" + python + "' scripts/bad_input_memory.py --binary '" +
+      MNIST_TRAIN_BIN "' --bomb-mib 64 2>&1");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const std::string marker = "largest peak resident memory on bad input: ";
+  const std::size_t at = r.output.find(marker);
+  REQUIRE(at != std::string::npos);
+  // About 9 MiB measured; the bound leaves room for allocators and libraries, not for a read of
+  // the 64 MiB the bomb expands to.
+  CHECK(std::stod(r.output.substr(at + marker.size())) < 64.0);
 }
 
 TEST_CASE("a model whose input channels differ from the data's exits 2 naming both",
