@@ -322,15 +322,14 @@ TEST_CASE("special files exit 2 by name and never block: config, data, outputs",
   CHECK(std::filesystem::is_regular_file(dir.file("run/summary.json")));
 }
 
-TEST_CASE("on every bad input the tool exits 2 within 64 MiB of resident memory",
-          "[cli][bounds]") {
+TEST_CASE("on every bad input the tool exits 2 within 64 MiB of resident memory", "[cli][bounds]") {
   // scripts/bad_input_memory.py runs each class of bad input against the binary under GNU time
   // and fails on a wrong exit code, a "bad_alloc" or a hang; here with a 64 MiB gzip bomb.
   const std::string python = mnist::test::find_python("gzip");
   REQUIRE(!python.empty());
-  const Result r = mnist::test::run_command(
-      "cd '" MNIST_SOURCE_DIR "' && '" + python + "' scripts/bad_input_memory.py --binary '" +
-      MNIST_TRAIN_BIN "' --bomb-mib 64 2>&1");
+  const Result r = mnist::test::run_command("cd '" MNIST_SOURCE_DIR "' && '" + python +
+                                            "' scripts/bad_input_memory.py --binary '" +
+                                            MNIST_TRAIN_BIN "' --bomb-mib 64 2>&1");
   INFO(r.output);
   REQUIRE(r.code == 0);
   const std::string marker = "largest peak resident memory on bad input: ";
