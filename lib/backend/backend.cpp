@@ -46,10 +46,4 @@ void Backend::conv2d_backward(const Conv2dGeom& g, const float* x, const float* 
   if (dx) conv2d_backward_data(g, dy, weight, dx, workspace);
 }
 
-void Backend::dense_backward(int n, int in, int out, const float* x, const float* dy,
-                             const float* weight, float* dweight, float* dbias, float* dx) {
-  dense_backward_weights(n, in, out, x, dy, dweight, dbias);
-  if (dx) dense_backward_data(n, in, out, dy, weight, dx);
-}
-
 }  // namespace mnist

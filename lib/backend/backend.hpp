@@ -172,10 +172,7 @@ class Backend {
                                    float* dx) = 0;  // assigns dx
   virtual void dense_backward_weights(int n, int in, int out, const float* x, const float* dy,
                                       float* dweight, float* dbias) = 0;  // assigns
-  // dense_backward_weights, then dense_backward_data when dx is not nullptr: a dense layer's
-  // backward. Engines may run both in one launch; the default makes the calls.
-  virtual void dense_backward(int n, int in, int out, const float* x, const float* dy,
-                              const float* weight, float* dweight, float* dbias, float* dx);
+  // Both products in one call, where an engine fuses them: FusedKernels::dense_backward.
 
   // ---- dropout (inverted: kept values scaled by 1/(1-rate)) ------------------------------------
   // The mask of element e of the sample at global batch position first_sample + i is

@@ -27,6 +27,9 @@ FusedShape FusedShape::dense_head(int n, int in, int k) {
 FusedShape FusedShape::dense_tail(int n, int in, int c, int k) {
   return {FusedKind::dense_tail, Conv2dGeom{}, PoolGeom{}, false, n, in, c, k};
 }
+FusedShape FusedShape::dense_backward(int n, int in, int out) {
+  return {FusedKind::dense_backward, Conv2dGeom{}, PoolGeom{}, false, n, in, out, 0};
+}
 
 namespace {
 [[noreturn]] void no_conv_block(const Backend& b, const char* op) {
@@ -52,6 +55,7 @@ bool FusedKernels::supports(const FusedShape&) const {
 std::size_t FusedKernels::workspace_floats(const FusedShape& s) const {
   switch (s.kind) {
     case FusedKind::gathered_convolution:
+    case FusedKind::dense_backward:
       return 0;
     case FusedKind::conv_block:  // the apply's output, which the convolution's backward reads
       return product(s.conv.n, s.conv.k) * product(s.conv.out_h, s.conv.out_w);
@@ -232,7 +236,14 @@ void FusedKernels::dense_backward_batch_norm(int n, int in, int out, const float
   float* dy = workspace;
   b.batch_norm_backward_apply(ChannelGeom{n, out, 1}, bn.dy, bn.x, bn.mean, bn.invstd, bn.gamma,
                               bn.sum_dy, bn.sum_dy_xhat, bn.count, dy);
-  b.dense_backward(n, in, out, x, dy, weight, dweight, dbias, dx);
+  dense_backward(n, in, out, x, dy, weight, dweight, dbias, dx);
+}
+
+void FusedKernels::dense_backward(int n, int in, int out, const float* x, const float* dy,
+                                  const float* weight, float* dweight, float* dbias, float* dx) {
+  Backend& b = backend();
+  b.dense_backward_weights(n, in, out, x, dy, dweight, dbias);
+  if (dx) b.dense_backward_data(n, in, out, dy, weight, dx);
 }
 
 void FusedKernels::conv_block_backward(const Conv2dGeom& g, const ConvBlockGradient& block,

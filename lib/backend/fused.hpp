@@ -14,6 +14,7 @@
 //   dense tail            | dense -> dense block -> dense head, three calls   | dense_*_batch_norm,
 //                         |                                                   |
 //                         dense_block_softmax_...
+//   dense backward        | a dense layer's two products, sharing dy          | dense_backward
 //
 // Every backend has one (Backend::fused()). This class is the reference: each method makes the
 // calls of its chain on the backend, except the conv block's, which have no chain of primitives
@@ -24,7 +25,7 @@
 // Contracts (pointers, "assign", ordering) are Backend's (backend.hpp).
 //
 // Adding a fusion: a FusedKind and its methods here, their chain in fused.cpp, the kernel in one
-// cuda file with its FusedBlocks override, the layer or replica block that calls it, and its
+// cuda file with its fused_blocks.hpp override, the layer or replica block that calls it, and its
 // case in the planner.
 
 #include <cstddef>
@@ -42,6 +43,7 @@ enum class FusedKind {
   dense_block,           // batch_norm -> relu (-> dropout) over a dense layer's output (training)
   dense_head,            // the last dense layer and the loss (training)
   dense_tail,            // dense -> dense block -> dense head (training, local BN)
+  dense_backward,        // a dense layer's weight and input gradients as one call (training)
 };
 
 // One block's sizes, for supports() and workspace_floats(); each kind reads its own fields.
@@ -51,8 +53,8 @@ struct FusedShape {
   PoolGeom pool{};    // conv_block: its pooling
   bool bias = false;  // conv_block: the convolution's bias gradient is wanted
   int n = 0;          // dense_*: samples
-  int in = 0;         // dense_head, dense_tail: the dense layer's inputs
-  int c = 0;          // dense_block, dense_tail: the block's features
+  int in = 0;         // dense_head, dense_tail, dense_backward: the dense layer's inputs
+  int c = 0;          // dense_block, dense_tail: the block's features; dense_backward: outputs
   int k = 0;          // dense_head, dense_tail: classes
 
   static FusedShape gathered_convolution(const Conv2dGeom& g);
@@ -60,6 +62,7 @@ struct FusedShape {
   static FusedShape dense_block(int n, int c);
   static FusedShape dense_head(int n, int in, int k);
   static FusedShape dense_tail(int n, int in, int c, int k);
+  static FusedShape dense_backward(int n, int in, int out);
 };
 
 class FusedKernels {
@@ -77,8 +80,8 @@ class FusedKernels {
   // Floats of scratch the block's calls need at these sizes (each call at most this many; never
   // decreasing with n). conv_block: the dconv buffer of conv_block_backward (0: pass nullptr, the
   // kernels stage the gradient themselves); dense_block: the scratch of dense_block_*;
-  // dense_head, dense_tail: the workspace of their calls; gathered_convolution: 0 (it uses the
-  // convolution's workspace, Backend::conv2d_workspace_floats).
+  // dense_head, dense_tail: the workspace of their calls; gathered_convolution, dense_backward: 0
+  // (the first uses the convolution's workspace, Backend::conv2d_workspace_floats).
   virtual std::size_t workspace_floats(const FusedShape& shape) const;
 
   // ---- convolution stats: conv2d_forward, then batch_norm_stats of y (ChannelGeom{n, k,
@@ -188,6 +191,14 @@ class FusedKernels {
   virtual void dense_backward_batch_norm(int n, int in, int out, const float* x,
                                          const BatchNormGradient& bn, const float* weight,
                                          float* dweight, float* dbias, float* dx, float* workspace);
+
+  // ---- dense backward: Backend::dense_backward_weights(n, in, out, x, dy, dweight, dbias), then,
+  // when dx is not nullptr, Backend::dense_backward_data(n, in, out, dy, weight, dx): a dense
+  // layer's backward (x[n, in], dy[n, out], weight[out, in]), which an engine may run as one
+  // launch that reads dy once for both products. Assigns dweight, dbias (when not nullptr) and dx
+  // (when not nullptr). Every shape.
+  virtual void dense_backward(int n, int in, int out, const float* x, const float* dy,
+                              const float* weight, float* dweight, float* dbias, float* dx);
 
  private:
   Backend& backend_;

@@ -39,12 +39,20 @@ bool dense_block_at(const Model& model, std::size_t at, const Backend& backend) 
          backend.fused().supports(FusedShape::dense_block(1, plans[at].in.c));
 }
 
+// A dense layer whose backward the backend runs as one call (FusedKind::dense_backward).
+bool fused_dense_backward_at(const Model& model, std::size_t at, const Backend& backend) {
+  const LayerPlan& plan = model.layers()[at];
+  return plan.spec.kind == LayerKind::dense &&
+         backend.fused().supports(FusedShape::dense_backward(1, plan.in.c, plan.out.c));
+}
+
 const LayerPlan& first_plan(const Model& model, const LayerUnit& unit) {
   return model.layers()[unit.first_plan];
 }
 
+// A unit of one plan of `kind`, however its backward runs.
 bool single_of(const Model& model, const LayerUnit& unit, LayerKind kind) {
-  return unit.group == LayerGroup::single && first_plan(model, unit).spec.kind == kind;
+  return unit.span == 1 && first_plan(model, unit).spec.kind == kind;
 }
 
 }  // namespace
@@ -59,6 +67,8 @@ std::vector<LayerUnit> plan_layers(const Model& model, const Backend& backend) {
     } else if (dense_block_at(model, i, backend)) {
       const bool dropout = kinds_at(plans, i + 2, {LayerKind::dropout});
       unit = LayerUnit{LayerGroup::dense_block, i, dropout ? 3 : 2};
+    } else if (fused_dense_backward_at(model, i, backend)) {
+      unit = LayerUnit{LayerGroup::fused_dense_backward, i, 1};
     }
     units.push_back(unit);
   }

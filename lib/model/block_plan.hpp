@@ -31,10 +31,12 @@ enum class PassKind {
 PassKind pass_kind(bool training, bool sync_batch_norm);
 
 // The layers a replica builds, each over plans [first_plan, first_plan + span).
+// layers.hpp's make_layer makes each group's layer.
 enum class LayerGroup {
-  single,       // one plan (make_layer)
-  conv_block,   // conv2d -> batch_norm -> relu -> 2x2 max_pool (make_conv_block)
-  dense_block,  // batch_norm -> relu (-> dropout) over a dense layer's output (make_dense_block)
+  single,                // one plan
+  conv_block,            // conv2d -> batch_norm -> relu -> 2x2 max_pool
+  dense_block,           // batch_norm -> relu (-> dropout) over a dense layer's output
+  fused_dense_backward,  // one dense plan whose backward is one call (FusedKind::dense_backward)
 };
 struct LayerUnit {
   LayerGroup group = LayerGroup::single;

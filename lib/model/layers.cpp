@@ -152,7 +152,10 @@ class FlattenLayer final : public Layer {
 
 class DenseLayer final : public Layer {
  public:
-  using Layer::Layer;
+  // fused_backward: the block plan's LayerGroup::fused_dense_backward (one call for both products).
+  DenseLayer(const Model& model, const LayerPlan& plan, const LayerBinding& binding, int max_batch,
+             bool fused_backward)
+      : Layer(model, plan, binding, max_batch), fused_backward_(fused_backward) {}
 
  private:
   void do_forward(const PassContext& ctx, const float* x, float* y) override {
@@ -161,9 +164,16 @@ class DenseLayer final : public Layer {
   }
   void do_backward(const PassContext& ctx, const float* x, const float*, const float* dy,
                    float* dx) override {
-    be().dense_backward(ctx.n, plan_.in.c, plan_.out.c, x, dy, param(plan_.weight),
-                        grad(plan_.weight), grad(plan_.bias), dx);
+    const int in = plan_.in.c, out = plan_.out.c;
+    const float* weight = param(plan_.weight);
+    if (fused_backward_)
+      return be().fused().dense_backward(ctx.n, in, out, x, dy, weight, grad(plan_.weight),
+                                         grad(plan_.bias), dx);
+    be().dense_backward_weights(ctx.n, in, out, x, dy, grad(plan_.weight), grad(plan_.bias));
+    if (dx) be().dense_backward_data(ctx.n, in, out, dy, weight, dx);
   }
+
+  bool fused_backward_;
 };
 
 // A dropout's mask is keyed by (seed, layer index); its counters are (step, global sample,
@@ -544,18 +554,19 @@ class DenseBlockLayer final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_dense_block(const Model& model, const LayerPlan& bn,
-                                        const LayerBinding& binding, int max_batch) {
-  return std::make_unique<DenseBlockLayer>(model, bn, binding, max_batch);
-}
-
-std::unique_ptr<Layer> make_conv_block(const Model& model, const LayerPlan& conv,
-                                       const LayerBinding& binding, int max_batch) {
-  return std::make_unique<ConvBlockLayer>(model, conv, binding, max_batch);
-}
-
-std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
+std::unique_ptr<Layer> make_layer(const Model& model, const LayerUnit& unit,
                                   const LayerBinding& binding, int max_batch) {
+  const LayerPlan& plan = model.layers()[unit.first_plan];
+  switch (unit.group) {
+    case LayerGroup::conv_block:
+      return std::make_unique<ConvBlockLayer>(model, plan, binding, max_batch);
+    case LayerGroup::dense_block:
+      return std::make_unique<DenseBlockLayer>(model, plan, binding, max_batch);
+    case LayerGroup::fused_dense_backward:
+      return std::make_unique<DenseLayer>(model, plan, binding, max_batch, true);
+    case LayerGroup::single:
+      break;
+  }
   switch (plan.spec.kind) {
     case LayerKind::conv2d:
       return std::make_unique<Conv2dLayer>(model, plan, binding, max_batch);
@@ -566,7 +577,7 @@ std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
     case LayerKind::relu:
       return std::make_unique<ReluLayer>(model, plan, binding, max_batch);
     case LayerKind::dense:
-      return std::make_unique<DenseLayer>(model, plan, binding, max_batch);
+      return std::make_unique<DenseLayer>(model, plan, binding, max_batch, false);
     case LayerKind::dropout:
       return std::make_unique<DropoutLayer>(model, plan, binding, max_batch);
     case LayerKind::flatten:

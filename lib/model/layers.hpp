@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "model/block_plan.hpp"
 #include "model/model.hpp"
 
 namespace mnist {
@@ -111,18 +112,12 @@ Conv2dGeom conv2d_geom(const LayerPlan& plan, int n);
 // The pooling a max_pool layer's plan runs at batch size n.
 PoolGeom max_pool_geom(const LayerPlan& plan, int n);
 
-// The one factory table: a LayerKind to its class.
-std::unique_ptr<Layer> make_layer(const Model& model, const LayerPlan& plan,
+// The one factory table: a unit of block_plan.hpp's plan_layers to the class that runs it. A
+// single plan becomes its LayerKind's class; a conv block (conv2d -> batch_norm -> relu ->
+// max_pool) and a dense block (batch_norm -> relu over a dense layer's output, and the dropout
+// that follows them if one does) become one layer each, whose inner outputs are never stored; a
+// dense layer whose backward the backend fuses becomes a dense layer making that one call.
+std::unique_ptr<Layer> make_layer(const Model& model, const LayerUnit& unit,
                                   const LayerBinding& binding, int max_batch);
-
-// The layer of a conv block, conv2d -> batch_norm -> relu -> max_pool from `conv` on, which
-// block_plan.hpp's plan_layers groups when the backend fuses it: all four in one layer.
-std::unique_ptr<Layer> make_conv_block(const Model& model, const LayerPlan& conv,
-                                       const LayerBinding& binding, int max_batch);
-
-// The layer of a dense block, batch_norm -> relu over a flat input (a dense layer's output) from
-// `bn` on, and the dropout that follows them if one does (plan_layers groups it likewise).
-std::unique_ptr<Layer> make_dense_block(const Model& model, const LayerPlan& bn,
-                                        const LayerBinding& binding, int max_batch);
 
 }  // namespace mnist

@@ -28,13 +28,7 @@ Replica::Replica(const Model& model, Backend& backend, int max_batch)
   units_ = plan_layers(model, backend);
   for (const LayerUnit& unit : units_) {
     // A block the backend runs fused becomes one layer (its inner outputs are never stored).
-    const LayerPlan& first = plans[unit.first_plan];
-    if (unit.group == LayerGroup::conv_block)
-      layers_.push_back(make_conv_block(model, first, binding, max_batch));
-    else if (unit.group == LayerGroup::dense_block)
-      layers_.push_back(make_dense_block(model, first, binding, max_batch));
-    else
-      layers_.push_back(make_layer(model, first, binding, max_batch));
+    layers_.push_back(make_layer(model, unit, binding, max_batch));
     const LayerPlan& last = plans[unit.first_plan + static_cast<std::size_t>(unit.span) - 1];
     workspace = std::max(workspace, layers_.back()->workspace_floats());
     widest = std::max(widest, last.out.size());

@@ -394,8 +394,8 @@ TEST_CASE(
           auto dy_gpu = upload(g, dy);
           auto dw_plain = poisoned(g, static_cast<std::size_t>(s.out) * s.in);
           auto dx_plain = poisoned(g, static_cast<std::size_t>(n) * s.in);
-          g.dense_backward(n, s.in, s.out, x.g(), dy_gpu.g(), w.g(), dw_plain.g(), nullptr,
-                           with_dx ? dx_plain.g() : nullptr);
+          g.fused().dense_backward(n, s.in, s.out, x.g(), dy_gpu.g(), w.g(), dw_plain.g(), nullptr,
+                                   with_dx ? dx_plain.g() : nullptr);
           if (n <= 64) {
             check_same_bits(download(g, dw_plain.gpu), download(g, dw.gpu), "dweight");
           } else {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -47,8 +48,8 @@ LaunchCounts counts(uint64_t kernels, uint64_t library_calls, uint64_t copies,
 // agreed with the 52 kernels and 4 copies that issue 16's model of the CUDA path counted by hand
 // from the code. Since then the metric reset is a memset, not a kernel (51 kernels), and conv2's
 // two backward directions share one grid (Backend::conv2d_backward), as do each dense layer's two
-// backward products (Backend::dense_backward), and the direct convolutions' weight gradients are
-// summed by the blocks of their own launch: 46 kernels, the step's own work, which the captured
+// backward products (FusedKernels::dense_backward), and the direct convolutions' weight gradients
+// are summed by the blocks of their own launch: 46 kernels, the step's own work, which the captured
 // step replays as they are. The eager step launches one more: it sets the step's values (step,
 // learning rate, bias corrections, epsilon) in device memory, where every kernel reads them
 // (Backend::step_scalars_set), while the captured step's update advances them in its last block.
@@ -65,7 +66,8 @@ constexpr uint64_t kSeedEagerStepDeviceCopies = 4;
 // per block), 35 since the metric reset is a memset, 31 since each conv block's convolution also
 // reduces and finalizes its batch-norm statistics (conv2d_forward_batch_norm: one launch, was 3),
 // 29 since Adam's last block advances the step scalars (adam_update with advance) and conv2's two
-// backward directions share one grid (conv2d_backward), 28 since dense1's do (dense_backward), 26
+// backward directions share one grid (conv2d_backward), 28 since dense1's do (the fused seam's
+// dense_backward), 26
 // since the convolutions' weight gradients are summed inside their launch, 24 since each block's
 // batch-norm gradient is computed where its convolution's backward stages it
 // (conv_block_backward), 15 since the dense layer's batch_norm -> relu -> dropout runs as one
@@ -281,4 +283,17 @@ TEST_CASE("the block plan of the seed network on each CUDA engine", "[gpu][count
         "conv_block conv_block flatten dense dense_block dense_head");
   CHECK(fused.block_plan(PassKind::eval) ==
         "conv_block conv_block flatten dense dense_block dense loss");
+  // Each dense layer's backward: one call for both products where the engine's dense layers fuse
+  // them (hand-written: native, fused; FusedKind::dense_backward), two library calls on cuBLAS.
+  for (const char* engine : {"native", "cublas", "fused"}) {
+    CAPTURE(engine);
+    const bool one_call = std::string(engine) != "cublas";
+    int dense_layers = 0;
+    for (const LayerUnit& unit : plan_layers(model, gpu(engine))) {
+      if (model.layers()[unit.first_plan].spec.kind != LayerKind::dense) continue;
+      ++dense_layers;
+      CHECK(unit.group == (one_call ? LayerGroup::fused_dense_backward : LayerGroup::single));
+    }
+    CHECK(dense_layers == 2);
+  }
 }

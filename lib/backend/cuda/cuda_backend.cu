@@ -354,13 +354,6 @@ class CudaBackend final : public Backend {
     activate();
     parts_.dense->backward_weights(n, in, out, x, dy, dweight, dbias);
   }
-  void dense_backward(int n, int in, int out, const float* x, const float* dy, const float* weight,
-                      float* dweight, float* dbias, float* dx) override {
-    if (!parts_.dense->fuses_backward())
-      return Backend::dense_backward(n, in, out, x, dy, weight, dweight, dbias, dx);
-    activate();
-    parts_.dense->backward(n, in, out, x, dy, weight, dweight, dbias, dx);
-  }
 
   // ---- dropout --------------------------------------------------------------------------------
   void dropout_forward(int n, int per_sample, float rate, RngKey key, const StepScalars* step,

@@ -34,12 +34,12 @@ EngineParts make_engine_parts(Engine engine, Backend& backend, const StreamResou
     case Engine::fused:
       parts.convolutions = make_hand_written_convolutions(r);
       parts.dense = make_hand_written_dense_layers(r);
-      parts.fused = std::make_unique<FusedBlocks>(backend, r, *parts.convolutions);
+      parts.fused = std::make_unique<FusedBlocks>(backend, r, *parts.convolutions, *parts.dense);
       return parts;
     case Engine::blas:
       MNIST_THROW(RuntimeError, "{}: engine '{}' is not a CUDA engine", name, to_string(engine));
   }
-  parts.fused = std::make_unique<ConvolutionStats>(backend, r, *parts.convolutions);
+  parts.fused = std::make_unique<EngineFusedKernels>(backend, r, *parts.convolutions, *parts.dense);
   return parts;
 }
 

@@ -5,14 +5,15 @@
 // never ask which engine they belong to:
 //
 //   engine  | convolutions                          | dense layers | fused kernels
-//   native  | hand-written (direct or tiled GEMM)   | hand-written | ConvolutionStats
-//   cublas  | hand-written                          | cuBLAS       | ConvolutionStats
-//   cudnn   | cuDNN (hand-written where it cannot)  | cuBLAS       | ConvolutionStats
+//   native  | hand-written (direct or tiled GEMM)   | hand-written | EngineFusedKernels
+//   cublas  | hand-written                          | cuBLAS       | EngineFusedKernels
+//   cudnn   | cuDNN (hand-written where it cannot)  | cuBLAS       | EngineFusedKernels
 //   fused   | hand-written                          | hand-written | FusedBlocks
 //   (docs/gpu_speed.md)
 //
-// ConvolutionStats: a convolution takes its batch norm's sums where the convolutions can, every
-// other block is the reference chain; FusedBlocks: every block of fused.hpp as its kernels.
+// EngineFusedKernels: a convolution takes its batch norm's sums where the convolutions can and a
+// dense layer's backward is one launch where the dense layers fuse it, every other block is the
+// reference chain; FusedBlocks: every block of fused.hpp as its kernels.
 // Each part implements only what differs between its variants; the backend keeps the reference
 // chains (backend.cpp, fused.cpp) and runs them where a part says it does not fuse a pair of
 // calls.
@@ -75,7 +76,8 @@ class DenseLayers {
                              float* dx) = 0;
   virtual void backward_weights(int n, int in, int out, const float* x, const float* dy,
                                 float* dweight, float* dbias) = 0;
-  // Whether backward runs both products in one launch; where false the backend runs the chain.
+  // Whether backward runs both products in one launch (FusedKind::dense_backward); where false
+  // the block plan runs the two products as their own calls.
   virtual bool fuses_backward() const = 0;
   virtual void backward(int n, int in, int out, const float* x, const float* dy,
                         const float* weight, float* dweight, float* dbias, float* dx) = 0;

@@ -29,14 +29,27 @@ void FusedBlocks::check_dropout(const DropoutArgs* dropout, const char* op) cons
               "{}: {}: dropout rate {} is outside [0, 1)", backend().name(), op, dropout->rate);
 }
 
-void ConvolutionStats::activate() const {
+void EngineFusedKernels::activate() const {
   MNIST_CUDA_CHECK(cudaSetDevice(r_.device));
 }
 
-void ConvolutionStats::conv2d_forward_stats(const Conv2dGeom& g, const float* x,
-                                            const float* weight, const float* bias, float* y,
-                                            float* sum, float* sumsq,
-                                            const BatchNormFinalize* finalize, float* workspace) {
+bool EngineFusedKernels::supports(const FusedShape& s) const {
+  return s.kind == FusedKind::dense_backward && dense_.fuses_backward();
+}
+
+void EngineFusedKernels::dense_backward(int n, int in, int out, const float* x, const float* dy,
+                                        const float* weight, float* dweight, float* dbias,
+                                        float* dx) {
+  if (!dense_.fuses_backward())
+    return FusedKernels::dense_backward(n, in, out, x, dy, weight, dweight, dbias, dx);
+  activate();
+  dense_.backward(n, in, out, x, dy, weight, dweight, dbias, dx);
+}
+
+void EngineFusedKernels::conv2d_forward_stats(const Conv2dGeom& g, const float* x,
+                                              const float* weight, const float* bias, float* y,
+                                              float* sum, float* sumsq,
+                                              const BatchNormFinalize* finalize, float* workspace) {
   activate();
   if (!convolutions_.fuses(g))
     return FusedKernels::conv2d_forward_stats(g, x, weight, bias, y, sum, sumsq, finalize,
@@ -55,6 +68,8 @@ bool FusedBlocks::supports(const FusedShape& s) const {
       return true;
     case FusedKind::dense_tail:
       return takes_dense_tail(s.c, s.k);
+    case FusedKind::dense_backward:
+      return EngineFusedKernels::supports(s);
   }
   return false;
 }
@@ -83,6 +98,7 @@ std::size_t FusedBlocks::workspace_floats(const FusedShape& s) const {
     }
     case FusedKind::gathered_convolution:
     case FusedKind::dense_block:
+    case FusedKind::dense_backward:
       break;
   }
   return chains;

@@ -1,11 +1,12 @@
 #pragma once
 // The CUDA engines' fused kernels (backend/fused.hpp), chosen by the engine table
-// (engine_parts.hpp). Every engine's convolutions take their batch norm's sums where its
-// Convolutions part can (ConvolutionStats); the engine "fused" runs every block of fused.hpp as
-// one launch where the reference chains make several (FusedBlocks): the first convolution
-// gathering its batch (direct_conv.cu), the conv block's batch norm -> ReLU -> 2x2 max pool
-// (conv_block.cu) and its backward into the convolution's, the dense block (dense_block.cu), and
-// the dense head and tail (dense.cu, dense_head.cu). Where a kernel does not take a size, the
+// (engine_parts.hpp). Every engine fuses what its parts fuse (EngineFusedKernels): a convolution
+// takes its batch norm's sums where its Convolutions part can, and a dense layer's backward runs
+// both products in one launch where its DenseLayers part does; the engine "fused" runs every block
+// of fused.hpp as one launch where the reference chains make several (FusedBlocks): the first
+// convolution gathering its batch (direct_conv.cu), the conv block's batch norm -> ReLU -> 2x2 max
+// pool (conv_block.cu) and its backward into the convolution's, the dense block (dense_block.cu),
+// and the dense head and tail (dense.cu, dense_head.cu). Where a kernel does not take a size, the
 // method runs the reference chain (FusedKernels') instead, so every call keeps its contract.
 
 #include <cstddef>
@@ -17,15 +18,20 @@
 
 namespace mnist::cuda {
 
-class ConvolutionStats : public FusedKernels {
+class EngineFusedKernels : public FusedKernels {
  public:
-  // convolutions: the backend's part, which outlives this.
-  ConvolutionStats(Backend& backend, const StreamResources& r, Convolutions& convolutions)
-      : FusedKernels(backend), r_(r), convolutions_(convolutions) {}
+  // convolutions, dense: the backend's parts, which outlive this.
+  EngineFusedKernels(Backend& backend, const StreamResources& r, Convolutions& convolutions,
+                     DenseLayers& dense)
+      : FusedKernels(backend), r_(r), convolutions_(convolutions), dense_(dense) {}
 
+  // dense_backward: where the dense part runs both products in one launch.
+  bool supports(const FusedShape& shape) const override;
   void conv2d_forward_stats(const Conv2dGeom& g, const float* x, const float* weight,
                             const float* bias, float* y, float* sum, float* sumsq,
                             const BatchNormFinalize* finalize, float* workspace) override;
+  void dense_backward(int n, int in, int out, const float* x, const float* dy, const float* weight,
+                      float* dweight, float* dbias, float* dx) override;
 
  protected:
   // The backend's device, current on the calling thread (each call, as the backend's own do).
@@ -33,11 +39,12 @@ class ConvolutionStats : public FusedKernels {
 
   StreamResources r_;
   Convolutions& convolutions_;
+  DenseLayers& dense_;
 };
 
-class FusedBlocks final : public ConvolutionStats {
+class FusedBlocks final : public EngineFusedKernels {
  public:
-  using ConvolutionStats::ConvolutionStats;
+  using EngineFusedKernels::EngineFusedKernels;
 
   bool supports(const FusedShape& shape) const override;
   std::size_t workspace_floats(const FusedShape& shape) const override;
