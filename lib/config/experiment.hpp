@@ -1,7 +1,7 @@
 #pragma once
 // An experiment as plain data: what a YAML config file says after parsing, defaults and validation.
-// Defaults written here are the ones documented in README's configuration reference; keep both
-// equal.
+// Defaults written here are the ones documented in docs/configuration.md (the configuration
+// reference); keep both equal.
 //
 // The public face of lib/config: the structs, reading (experiment.cpp), writing back (emit.cpp)
 // and the enums with their spellings (spellings.hpp). The canonical math-relevant text and hash

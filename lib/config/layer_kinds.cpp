@@ -16,7 +16,7 @@ InitSpec parse_init(const Reporter& r, const YAML::Node& node, const std::string
     if (kind != spec.kind) spec = InitSpec{kind};
     return spec;
   }
-  Section s(r, node, path, {"type", "mean", "stddev"});
+  Section s(r, node, path, init_keys());
   if (!s.has("type"))
     r.fail(node, path,
            "an init map needs 'type' (one of: " + join(spelling_names<InitKind>()) + ")");
@@ -29,6 +29,11 @@ InitSpec parse_init(const Reporter& r, const YAML::Node& node, const std::string
   s.number("mean", spec.mean, Range{});
   s.number("stddev", spec.stddev, above(0));
   return spec;
+}
+
+const std::vector<std::string>& init_keys() {
+  static const std::vector<std::string> keys = {"type", "mean", "stddev"};
+  return keys;
 }
 
 const std::vector<std::string>& batch_norm_keys() {
@@ -289,6 +294,24 @@ const LayerKindRow& layer_kind(LayerKind kind) {
   }
   MNIST_CHECK(false, "layer kind {} has no row in the layer-kind table", static_cast<int>(kind));
   return layer_kinds().front();  // unreachable
+}
+
+std::vector<std::string> layer_keys() {
+  std::vector<std::string> keys;
+  for (const LayerKindRow& row : layer_kinds()) {
+    const std::string kind = std::string("model.layers[].") + row.name;
+    keys.push_back(kind);
+    for (const std::string& option : row.keys) {
+      keys.push_back(kind + "." + option);
+      // The options that may be maps of their own, read by parse_weighted_tail.
+      const std::vector<std::string>* nested = nullptr;
+      if (option == "init") nested = &init_keys();
+      if (option == "batchnorm") nested = &batch_norm_keys();
+      if (nested == nullptr) continue;
+      for (const std::string& key : *nested) keys.push_back(kind + "." + option + "." + key);
+    }
+  }
+  return keys;
 }
 
 void parse_layers(const Reporter& r, const Section& model, const ModelDefaults& defaults,

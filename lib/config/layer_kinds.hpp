@@ -58,9 +58,17 @@ const LayerKindRow& layer_kind(LayerKind kind);
 InitSpec parse_init(const Reporter& r, const YAML::Node& node, const std::string& path,
                     const InitSpec& base);
 
+// The keys of an initializer map (model.init, a layer's `init: {...}`).
+const std::vector<std::string>& init_keys();
+
 // The keys of a batch-norm options map (model.batch_norm, `batchnorm: {...}`, `- batch_norm:`).
 const std::vector<std::string>& batch_norm_keys();
 void parse_batch_norm_options(const Section& s, LayerSpec& spec);
+
+// Every key of model.layers' items as dotted paths, "[]" for any item: each kind
+// ("model.layers[].relu"), its options ("model.layers[].conv2d.padding") and the keys of its
+// option maps ("model.layers[].dense.init.type", "model.layers[].conv2d.batchnorm.decay").
+std::vector<std::string> layer_keys();
 
 // model.layers: a non-empty list of one-key maps, each read by its kind's row.
 void parse_layers(const Reporter& r, const Section& model, const ModelDefaults& defaults,

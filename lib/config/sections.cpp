@@ -1,16 +1,59 @@
 // The experiment's sections: name, seed, data, model, devices, train, optimizer, schedule, output,
-// checkpoint. Each reader lists its section's keys, reads each value through yaml_reader's checks
-// and applies the rules that tie keys together (exactly one of steps / epochs, an engine of the
-// chosen backend, min_lr <= lr). This file is the schema; the reading machinery is elsewhere.
+// checkpoint. One table lists every section's keys (section_keys); each reader takes its
+// section's row, reads each value through yaml_reader's checks and applies the rules that tie keys
+// together (exactly one of steps / epochs, an engine of the chosen backend, min_lr <= lr). This
+// file is the schema; the reading machinery is elsewhere.
 
 #include "config/sections.hpp"
 
+#include "config/keys.hpp"
 #include "config/layer_kinds.hpp"
 #include "config/run_dir.hpp"
 #include "core/error.hpp"
 
 namespace mnist::config_detail {
+
+// The one list of each map's keys: the readers below open their sections with it, and
+// config_keys() (experiment.hpp) reports it, so a key cannot be read without being listed.
+const std::vector<SectionKeys>& section_keys() {
+  static const std::vector<SectionKeys> table = {
+      {"",
+       {"name", "seed", "data", "model", "devices", "train", "optimizer", "schedule", "output",
+        "checkpoint"}},
+      {"data", {"dataset", "dir", "files", "validation_size", "random_shift"}},
+      {"data.files", {"train_images", "train_labels", "test_images", "test_labels"}},
+      {"model", {"input", "classes", "init", "batch_norm", "layers"}},
+      {"model.init", init_keys()},
+      {"model.batch_norm", batch_norm_keys()},
+      {"devices", {"backend", "gpus", "engine", "cpu_workers", "threads"}},
+      {"train",
+       {"steps", "epochs", "batch_per_device", "global_batch", "log_every", "eval_every",
+        "eval_batch", "batch_norm", "scale_lr_with_devices", "watchdog_seconds", "log_after_update",
+        "cuda_graph"}},
+      {"optimizer",
+       {"type", "lr", "beta1", "beta2", "epsilon", "epsilon_style", "momentum", "nesterov",
+        "weight_decay", "weight_decay_mode"}},
+      {"schedule", {"type", "warmup_steps", "step_size", "gamma", "min_lr"}},
+      {"output", {"dir", "log_format", "tensorboard"}},
+      {"checkpoint", {"every", "keep"}},
+  };
+  return table;
+}
+
+const std::vector<std::string>& keys_of(const std::string& path) {
+  for (const SectionKeys& row : section_keys()) {
+    if (row.path == path) return row.keys;
+  }
+  MNIST_CHECK(false, "section '{}' has no row in the section table", path);
+  return section_keys().front().keys;  // unreachable
+}
+
 namespace {
+
+// Opens `key` of `parent` (whose path is parent.path()) with the keys its row lists.
+Section open_section(const Section& parent, const std::string& key) {
+  return parent.section(key, keys_of(parent.child(key)));
+}
 
 // Dataset names stay strings (data paths are built from them), read against this list.
 const std::vector<Spelling<std::string>> kDatasets = {{"mnist", "mnist"},
@@ -35,7 +78,7 @@ std::string and_list(const std::vector<std::string>& items) {
 ModelConfig parse_model(const Reporter& r, const Section& top) {
   ModelConfig model;
   if (!top.has("model")) r.fail_at(top.mark(), "model", "the 'model' section is required");
-  Section s = top.section("model", {"input", "classes", "init", "batch_norm", "layers"});
+  Section s = open_section(top, "model");
   if (s.has("input")) {
     YAML::Node v = s.value("input");
     const std::string rule = fmt::format(
@@ -50,7 +93,7 @@ ModelConfig parse_model(const Reporter& r, const Section& top) {
   s.integer("classes", model.classes, 2, 255);  // labels are stored as bytes
   ModelDefaults defaults;
   if (s.has("init")) defaults.init = parse_init(r, s.value("init"), s.child("init"), defaults.init);
-  parse_batch_norm_options(s.section("batch_norm", batch_norm_keys()), defaults.batch_norm);
+  parse_batch_norm_options(open_section(s, "batch_norm"), defaults.batch_norm);
   parse_layers(r, s, defaults, model.layers);
   return model;
 }
@@ -59,13 +102,12 @@ ModelConfig parse_model(const Reporter& r, const Section& top) {
 
 DataConfig parse_data(const Reporter& r, const Section& top) {
   DataConfig data;
-  Section s = top.section("data", {"dataset", "dir", "files", "validation_size", "random_shift"});
+  Section s = open_section(top, "data");
   s.choice_among("dataset", data.dataset, kDatasets);
   s.text("dir", data.dir);
   s.integer("validation_size", data.validation_size, 0);
   s.integer("random_shift", data.random_shift, 0, 8);
-  Section files =
-      s.section("files", {"train_images", "train_labels", "test_images", "test_labels"});
+  Section files = open_section(s, "files");
   files.text("train_images", data.train_images);
   files.text("train_labels", data.train_labels);
   files.text("test_images", data.test_images);
@@ -83,7 +125,7 @@ DataConfig parse_data(const Reporter& r, const Section& top) {
 
 DevicesConfig parse_devices(const Reporter& r, const Section& top) {
   DevicesConfig dev;
-  Section s = top.section("devices", {"backend", "gpus", "engine", "cpu_workers", "threads"});
+  Section s = open_section(top, "devices");
   s.choice("backend", dev.backend);
   s.choice("engine", dev.engine);
   s.integer("cpu_workers", dev.cpu_workers, 1, 1024);
@@ -145,10 +187,7 @@ TrainConfig parse_train(const Reporter& r, const Section& top) {
               "the 'train' section is required (one of steps/epochs and one of "
               "batch_per_device/global_batch)");
   }
-  Section s =
-      top.section("train", {"steps", "epochs", "batch_per_device", "global_batch", "log_every",
-                            "eval_every", "eval_batch", "batch_norm", "scale_lr_with_devices",
-                            "watchdog_seconds", "log_after_update", "cuda_graph"});
+  Section s = open_section(top, "train");
   s.exactly_one("steps", "epochs");
   s.exactly_one("batch_per_device", "global_batch");
   s.integer("steps", t.steps, 1);
@@ -168,9 +207,7 @@ TrainConfig parse_train(const Reporter& r, const Section& top) {
 
 OptimizerConfig parse_optimizer(const Section& top) {
   OptimizerConfig o;
-  Section s =
-      top.section("optimizer", {"type", "lr", "beta1", "beta2", "epsilon", "epsilon_style",
-                                "momentum", "nesterov", "weight_decay", "weight_decay_mode"});
+  Section s = open_section(top, "optimizer");
   s.choice("type", o.kind);
   if (o.kind == OptimizerKind::adam) {
     s.forbid({"momentum", "nesterov"}, "with type adam (it is an sgd option)");
@@ -196,7 +233,7 @@ OptimizerConfig parse_optimizer(const Section& top) {
 
 ScheduleConfig parse_schedule(const Section& top, const OptimizerConfig& opt) {
   ScheduleConfig sc;
-  Section s = top.section("schedule", {"type", "warmup_steps", "step_size", "gamma", "min_lr"});
+  Section s = open_section(top, "schedule");
   s.choice("type", sc.kind);
   const std::string type = to_string(sc.kind);
   if (sc.kind != ScheduleKind::step) {
@@ -226,9 +263,7 @@ Experiment build_experiment(const Reporter& r, const YAML::Node& root) {
                  "a config file is a map with sections name, data, model, devices, "
                  "train, optimizer, ...");
   }
-  Section top(r, root, "",
-              {"name", "seed", "data", "model", "devices", "train", "optimizer", "schedule",
-               "output", "checkpoint"});
+  Section top(r, root, "", keys_of(""));
   Experiment e;
   top.text("name", e.name);
   if (e.name.find_first_not_of(
@@ -244,7 +279,7 @@ Experiment build_experiment(const Reporter& r, const YAML::Node& root) {
   e.train = parse_train(r, top);
   e.optimizer = parse_optimizer(top);
   e.schedule = parse_schedule(top, e.optimizer);
-  Section out = top.section("output", {"dir", "log_format", "tensorboard"});
+  Section out = open_section(top, "output");
   out.text("dir", e.output.dir);
   // Checked here, with the key's line; filled in when a run starts (config/run_dir.hpp).
   if (const std::string rule = run_dir_template_error(e.output.dir); !rule.empty())
@@ -252,10 +287,24 @@ Experiment build_experiment(const Reporter& r, const YAML::Node& root) {
   out.choice("log_format", e.output.log_format);
   out.boolean("tensorboard", e.output.tensorboard);
   if (e.output.dir.empty()) e.output.dir = "runs/" + e.name;
-  Section ck = top.section("checkpoint", {"every", "keep"});
+  Section ck = open_section(top, "checkpoint");
   ck.integer("every", e.checkpoint.every, 0);
   ck.integer("keep", e.checkpoint.keep, 1);
   return e;
 }
 
 }  // namespace mnist::config_detail
+
+namespace mnist {
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> keys;
+  for (const config_detail::SectionKeys& row : config_detail::section_keys()) {
+    for (const std::string& key : row.keys)
+      keys.push_back(row.path.empty() ? key : row.path + "." + key);
+  }
+  for (std::string& key : config_detail::layer_keys()) keys.push_back(std::move(key));
+  return keys;
+}
+
+}  // namespace mnist

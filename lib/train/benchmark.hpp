@@ -1,6 +1,6 @@
 #pragma once
 // Training-step throughput of one replica on one backend, and where the time goes, layer by layer.
-// `mnist-train bench` prints this; README's speed figures come from it.
+// `mnist-train bench` prints this; the speed figures of docs/results.md come from it.
 
 #include <functional>
 #include <memory>

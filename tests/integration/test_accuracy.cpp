@@ -1,6 +1,6 @@
 // Accuracy on the official MNIST that scripts/test.sh fetches (60,000 / 10,000 images). Sized for
 // a few seconds on 2 idle cores (300 steps of 256 = 76,800 images, 1.3 passes); the full seed
-// run's figures are in README ("Results").
+// run's figures are in docs/results.md.
 #include <catch2/catch.hpp>
 
 #include <filesystem>

@@ -668,7 +668,7 @@ std::vector<int> readme_exit_codes() {
   bool in_section = false;
   const std::regex row(R"(^\| (\d+) \|)");
   while (std::getline(in, line)) {
-    if (line.rfind("### ", 0) == 0) in_section = line == "### Exit codes";
+    if (line.rfind("#", 0) == 0) in_section = line == "### Exit codes";  // to the next heading
     std::smatch m;
     if (in_section && std::regex_search(line, m, row)) codes.push_back(std::stoi(m[1]));
   }
