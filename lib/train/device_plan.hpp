@@ -40,6 +40,12 @@ void check_gpu_layout(const std::vector<int>& gpus);
 DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>& visible,
                         const std::string& why_none = "");
 
+// The plan of backend cuda as a node with the config's GPUs would make it, on a machine that has
+// none (a login node's --dry-run of a batch job): the GPUs devices.gpus lists, N for auto:N, one
+// for "all" (the note says which were assumed and why none was checked). The config's other rules
+// (the layout, a CUDA engine) hold as on a GPU node.
+DevicePlan plan_devices_elsewhere(const DevicesConfig& config, const std::string& why_none);
+
 // The GPUs this process can see for `config` (empty without CUDA, a driver, or a device, and for
 // backend cpu). Only gpus: auto:N reads free memory (creating a context on each GPU); otherwise
 // entries carry just their ordinal. `why_none` receives the reason when none is visible.

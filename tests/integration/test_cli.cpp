@@ -340,6 +340,27 @@ TEST_CASE("on every bad input the tool exits 2 within 64 MiB of resident memory"
   CHECK(std::stod(r.output.substr(at + marker.size())) < 64.0);
 }
 
+TEST_CASE("a dry run of a GPU job where no GPU is visible validates it and plans its GPUs",
+          "[cli]") {
+  // A login node: what a batch script's command (devices.backend=cuda) would run, checked before
+  // the job is submitted. Once exit 1, "no GPU can be used".
+  const std::string no_gpu = "env MNIST_CUDA_EMULATION_GPUS=0 CUDA_VISIBLE_DEVICES= ";
+  const std::string command = "cd '" MNIST_SOURCE_DIR "' && " + no_gpu +
+                              "'" MNIST_TRAIN_BIN
+                              "' --config configs/two_gpu.yaml "
+                              "--dry-run --set devices.backend=cuda";
+  Result r = mnist::test::run_command(command + " 2>&1");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK((has(r, "devices: cuda, GPUs [0, 1]") && has(r, "not checked against GPUs")));
+  CHECK(has(r, "global batch 2000 (2 replicas, 1000 per replica)"));
+  // The config's rules still hold: a layout mixing a shared GPU and another is refused.
+  r = mnist::test::run_command(command + " --set 'devices.gpus=[0, 0, 1]' 2>&1");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(has(r, "devices.gpus"));
+}
+
 TEST_CASE("a model whose input channels differ from the data's exits 2 naming both",
           "[cli][bounds]") {
   mnist::test::ScratchDir dir;
