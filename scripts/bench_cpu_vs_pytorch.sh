@@ -10,10 +10,13 @@
 # not a dependency of mnist-train). Both sides use the same threads (default: every core), the
 # same batch and random images; PyTorch runs scripts/bench_pytorch.py (eager, oneDNN convolutions).
 #
-# PyTorch runs twice a round: tuned, with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1 (glibc keeps
-# freed memory instead of returning it to the kernel, as PyTorch's CPU performance guide advises;
-# at this batch the default allocator spends much of a step in page faults), and untuned, with
-# glibc's defaults. The ratios are against the tuned figure; the untuned one is printed beside it.
+# PyTorch runs two or three times a round: tuned, with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1
+# (glibc keeps freed memory instead of returning it to the kernel, as PyTorch's CPU performance
+# guide advises; at this batch the default allocator spends much of a step in page faults), with
+# jemalloc preloaded when Debian's libjemalloc2 is installed, with the guide's MALLOC_CONF (its
+# other advice), and
+# untuned, with glibc's defaults. The ratios are against the faster tuned figure of each round;
+# the untuned one is printed beside it.
 # mnist-train allocates its buffers once, so the setting does not change its figure.
 # Environment: MNIST_TRAIN (default <repo>/build/bin/mnist-train); PYTHON (default /usr/bin/python3,
 # the interpreter Debian's package installs into, when present).
@@ -57,6 +60,12 @@ sys.argv = [script, "--device", "cpu", "--batch", batch, "--steps", steps]
 runpy.run_path(script, run_name="__main__")
 PY
 }
+jemalloc=""
+# The guide's jemalloc settings: freed pages kept (decay effectively off), large blocks apart.
+jemalloc_conf="oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:9000000000,muzzy_decay_ms:9000000000"
+for candidate in /usr/lib/*-linux-gnu/libjemalloc.so.2; do
+  [[ -e $candidate ]] && jemalloc="$candidate"
+done
 ours=() theirs=() untuned_all=()
 for ((r = 1; r <= rounds; r++)); do
   line="$("$mnist_train" --log-level warn --config "$repo/configs/seed_single_gpu.yaml" \
@@ -66,6 +75,12 @@ for ((r = 1; r <= rounds; r++)); do
   tuned="$(pytorch_step env MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1)"
   untuned="$(pytorch_step env -u MALLOC_MMAP_MAX_ -u MALLOC_TRIM_THRESHOLD_)"
   b="$(sed -E 's/.* ([0-9]+) samples\/s.*/\1/' <<<"$tuned")"
+  if [[ -n $jemalloc ]]; then
+    with_jemalloc="$(pytorch_step env -u MALLOC_MMAP_MAX_ -u MALLOC_TRIM_THRESHOLD_ LD_PRELOAD="$jemalloc" MALLOC_CONF="$jemalloc_conf")"
+    j="$(sed -E 's/.* ([0-9]+) samples\/s.*/\1/' <<<"$with_jemalloc")"
+    tuned="$tuned; with jemalloc: $j samples/s"
+    ((j > b)) && b="$j"
+  fi
   c="$(sed -E 's/.* ([0-9]+) samples\/s.*/\1/' <<<"$untuned")"
   ours+=("$a") theirs+=("$b") untuned_all+=("$c")
   echo "round $r/$rounds: mnist-train ($engine, $threads threads) $a samples/s;" \

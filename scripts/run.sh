@@ -8,8 +8,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 config="${1:-configs/seed_single_gpu.yaml}"
 [ $# -gt 0 ] && shift
-scripts/setup.sh
-scripts/build.sh
+scripts/setup.sh --for run
+# The tool alone; a build folder configured before (with the tests, say) keeps its settings.
+if [ -f "${BUILD_DIR:-$root/build}/CMakeCache.txt" ]; then
+  scripts/build.sh --target mnist-train
+else
+  scripts/build.sh -DMNIST_BUILD_TESTS=OFF --target mnist-train
+fi
 bin="${BUILD_DIR:-$root/build}/bin/mnist-train"
 dataset="$(sed -n 's/^ *dataset: *\([A-Za-z-]*\).*/\1/p' "$config" | head -n 1)"
 # An override wins over the file, as it does in mnist-train: the last --set data.dataset=X.

@@ -98,7 +98,7 @@ start_all=$SECONDS
 jobs_wanted="setup format $jobs_wanted"
 job setup scripts/setup.sh
 job format scripts/check_format.sh
-job build scripts/build.sh -DMNIST_WERROR=ON
+job build scripts/build.sh -DMNIST_WERROR=ON -DMNIST_BUILD_TESTS=ON
 # The two binaries scripts/gpu_check.sh carries to a GPU machine, where the CUDA toolkit is: CTest's
 # gpu_check_needed_gpu_build checks that they need no library that machine lacks.
 if has_nvcc; then job gpu-build scripts/build_gpu.sh; fi

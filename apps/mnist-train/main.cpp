@@ -10,6 +10,7 @@
 #include <iostream>
 #include <new>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -120,6 +121,21 @@ extern "C" void on_signal(int sig) {
   if (g_stop == mnist::kNoStop) g_stop = mnist::kStopInterrupt;
 }
 
+// The stop signals blocked from the process's first instruction: the dynamic loader runs the
+// executable's .preinit_array before any shared library's initializers, and in a build with
+// cuBLAS, cuDNN and NCCL those take about 0.4 s before main, when a SIGTERM used to end the process
+// by its default action (exit 143). Blocked, it stays pending until install_signal_handlers
+// unblocks it into the handler: a stop request like any other.
+void block_stop_signals(int, char**, char**) {
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stops, sig);
+  sigprocmask(SIG_BLOCK, &stops, nullptr);
+}
+__attribute__((section(".preinit_array"),
+               used)) void (*const block_stop_signals_at_load)(int, char**,
+                                                               char**) = block_stop_signals;
+
 void install_signal_handlers() {
   struct sigaction action {};
   action.sa_handler = on_signal;
@@ -128,6 +144,13 @@ void install_signal_handlers() {
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &action, nullptr);
+  // Blocked since the process was loaded (block_stop_signals) and across the start again
+  // (default_to_passive_openmp_waits): one that came meanwhile is pending, and is delivered to the
+  // handler now.
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stops, sig);
+  sigprocmask(SIG_UNBLOCK, &stops, nullptr);
 }
 
 // The handlers are installed first thing, before the arguments say which command runs, so a
@@ -226,6 +249,14 @@ int dry_run_command(const mnist::Experiment& experiment, mnist::ProcessGroup& gr
             << "devices: " << devices.describe()
             << (devices.note.empty() ? "" : " (" + devices.note + ")") << "\n"
             << "batch: " << batch_line(experiment, devices.workers() * group.size()) << "\n";
+  if (devices.kind == mnist::DeviceKind::cpu) {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    std::cout << "openmp: OMP_WAIT_POLICY=" << (policy ? policy : "(unset)")
+              << (std::getenv("GOMP_SPINCOUNT")
+                      ? " GOMP_SPINCOUNT=" + std::string(std::getenv("GOMP_SPINCOUNT"))
+                      : "")
+              << "\n";
+  }
   return kExitOk;
 }
 
@@ -642,9 +673,37 @@ int report_error(std::exception_ptr error, const std::string& who) {
 
 }  // namespace
 
+// OpenMP threads that wait by sleeping, not spinning, unless the user chose (OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT): on a shared box a spinning thread takes the core a neighbour's process needs,
+// and then waits for it; with a busy process on one of 2 cores, 2 threads ran at 11,300-11,700
+// samples/s spinning and 13,900-16,500 sleeping (1 thread: 16,100-16,500), while on the idle
+// machine the two were within noise (docs/running.md, "Threads on a shared box"). libgomp reads its
+// environment when it loads, before main, so the tool runs itself again with the variable set:
+// once, as the second start finds it set. That start costs what the first did before main (about
+// 0.45 s in a build with cuBLAS and cuDNN, whose libraries initialize when loaded), so --help and
+// --version, which run no thread, skip it. Where the exec fails (no /proc) libgomp's default stays.
+void default_to_passive_openmp_waits(int argc, char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help" || arg == "--version") return;
+  }
+  if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  // A stop signal during the second start stays pending (the mask survives exec) until
+  // install_signal_handlers unblocks it, instead of killing the process by its default action.
+  sigset_t stops, before;
+  sigemptyset(&stops);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stops, sig);
+  sigprocmask(SIG_BLOCK, &stops, &before);
+  ::execv("/proc/self/exe", argv);
+  sigprocmask(SIG_SETMASK, &before, nullptr);
+  ::unsetenv("OMP_WAIT_POLICY");  // still this process: say nothing that is not so
+}
+
 // Under mpirun/srun a rank that fails may leave the others waiting in a collective it never
 // reaches, so after printing its error it ends the whole job (MPI_Abort) with its exit code.
 int main(int argc, char** argv) {
+  default_to_passive_openmp_waits(argc, argv);
   std::unique_ptr<mnist::ProcessGroup> group;
   try {
     // Before MPI_Init, which takes a few hundred milliseconds in a singleton Open MPI process, and

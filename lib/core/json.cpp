@@ -5,6 +5,8 @@
 
 #include <cctype>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.hpp"
 
 namespace mnist::json {
@@ -329,33 +331,10 @@ Value parse(std::string_view text, const std::string& source, std::size_t offset
 }
 
 std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+  // nlohmann's writer: escapes what JSON requires and writes bytes that are not UTF-8 as U+FFFD,
+  // so a path or a provenance line in another encoding still makes valid JSON.
+  return nlohmann::json(std::string(s)).dump(-1, ' ', false,
+                                              nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace mnist::json

@@ -1,5 +1,11 @@
 #pragma once
-// A small, strict JSON reader (RFC 8259) and a string quoter, enough for safetensors headers.
+// A small, strict JSON reader (RFC 8259) and a string quoter, enough for safetensors headers and
+// the records the tool writes.
+//
+// Why a reader of our own beside nlohmann/json, which writes our strings (quote): a checkpoint
+// header is untrusted input, and a reader that refuses duplicate keys (nlohmann keeps the last,
+// silently), keeps every number's literal as written (exact 64-bit offsets) and names the byte
+// offset of every error in the file's terms is the whole of what it takes, in one small file.
 //
 // Strict means: one value and nothing but whitespace after it, no comments, no trailing commas, no
 // duplicate object keys, no control characters inside strings, nesting at most kMaxDepth deep.
@@ -38,7 +44,9 @@ inline constexpr int kMaxDepth = 64;
 // `offset_base` is added to every offset reported (e.g. 8 when the text starts at file byte 8).
 Value parse(std::string_view text, const std::string& source, std::size_t offset_base = 0);
 
-// `s` as a JSON string literal, quotes included; control characters escaped, other bytes as is.
+// `s` as a JSON string literal, quotes included (nlohmann/json's writer): '"', '\\' and control
+// characters escaped, UTF-8 kept as it is, and every byte that is not part of valid UTF-8 written
+// as U+FFFD (so the output is always valid JSON).
 std::string quote(std::string_view s);
 
 }  // namespace mnist::json

@@ -48,10 +48,10 @@ std::string RunLog::step_json(const StepRecord& r) {
   return fmt::format(
       "{{\"type\":\"train\",\"step\":{},\"total_steps\":{},\"epoch\":{},\"loss\":{},\"accuracy\":{}"
       ","
-      "\"lr\":{},\"samples_per_second\":{},\"compute_ms\":{},\"comm_ms\":{}}}",
+      "\"lr\":{},\"samples_per_second\":{},\"compute_ms\":{},\"comm_ms\":{},\"wait_ms\":{}}}",
       r.step, r.total_steps, json_number(r.epoch), json_number(r.loss), json_number(r.accuracy),
       json_number(r.lr), json_number(r.samples_per_second), json_number(r.compute_ms),
-      json_number(r.comm_ms));
+      json_number(r.comm_ms), json_number(r.wait_ms));
 }
 
 std::string RunLog::eval_json(const EvalRecord& r) {
@@ -69,9 +69,9 @@ void RunLog::on_step(const StepRecord& r) {
     const int width = static_cast<int>(std::to_string(r.total_steps).size());
     log_->info(
         "step {:>{}}/{} epoch {:.2f} loss {:.4f} acc {:.4f} lr {:.2e} {:.0f} samples/s "
-        "compute {:.2f} ms comm {:.2f} ms",
+        "compute {:.2f} ms comm {:.2f} ms wait {:.2f} ms",
         r.step, width, r.total_steps, r.epoch, r.loss, r.accuracy, r.lr, r.samples_per_second,
-        r.compute_ms, r.comm_ms);
+        r.compute_ms, r.comm_ms, r.wait_ms);
   }
 }
 

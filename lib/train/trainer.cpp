@@ -312,7 +312,7 @@ TrainSummary Trainer::run(RunObserver& observer) {
   const TrainConfig& tc = inputs_->experiment.train;
   TrainSummary summary;
   summary.global_batch = plan_.global_batch;
-  double train_seconds = 0, compute_ms = 0, comm_ms = 0;
+  double train_seconds = 0, compute_ms = 0, comm_ms = 0, wait_ms = 0;
   const int64_t first_step = next_step_;
   int64_t window_steps = 0;
   auto window_start = Clock::now();
@@ -324,13 +324,15 @@ TrainSummary Trainer::run(RunObserver& observer) {
     train_step(log);
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     ++window_steps;
-    double step_compute = 0, step_comm = 0;
+    double step_compute = 0, shortest_comm = sh.times[0].comm_ms, longest_comm = 0;
     for (const StepTimes& t : sh.times) {
       step_compute = std::max(step_compute, t.compute_ms);
-      step_comm = std::max(step_comm, t.comm_ms);
+      shortest_comm = std::min(shortest_comm, t.comm_ms);
+      longest_comm = std::max(longest_comm, t.comm_ms);
     }
     compute_ms += step_compute;
-    comm_ms += step_comm;
+    comm_ms += shortest_comm;
+    wait_ms += longest_comm - shortest_comm;
     if (log) {
       check_replicas_agree();
       StepRecord r;
@@ -345,6 +347,7 @@ TrainSummary Trainer::run(RunObserver& observer) {
       r.samples_per_second = window_steps * plan_.global_batch / std::max(window, 1e-9);
       r.compute_ms = compute_ms / window_steps;
       r.comm_ms = comm_ms / window_steps;
+      r.wait_ms = wait_ms / window_steps;
       if (!std::isfinite(r.loss))
         MNIST_THROW(DivergenceError,
                     "step {}: the training loss is {} (learning rate {:g}); stopping", r.step,
@@ -352,7 +355,7 @@ TrainSummary Trainer::run(RunObserver& observer) {
       observer.on_step(r);
       summary.last_step = r;
       window_steps = 0;
-      compute_ms = comm_ms = 0;
+      compute_ms = comm_ms = wait_ms = 0;
       window_start = Clock::now();
     }
     {

@@ -39,7 +39,13 @@ struct StepRecord {
   double lr = 0;
   double samples_per_second = 0;  // since the previous logged step
   double compute_ms = 0;          // per step, slowest worker, data + forward + backward
-  double comm_ms = 0;             // per step, slowest worker, gradient all-reduce
+  // Per step, the gradient all-reduce, split from the waiting in it: every worker leaves the
+  // collective together, so the last to arrive (the shortest time in it) measures the reduction
+  // itself, and the others waited for it besides. comm: that shortest time; wait: the longest
+  // minus the shortest, how long the fastest worker waited for the slowest (0 with one worker).
+  // Across processes the reduction includes waiting for the other processes.
+  double comm_ms = 0;
+  double wait_ms = 0;
 };
 
 struct EvalRecord {

@@ -45,3 +45,14 @@ TEST_CASE("the JSON reader is strict and reports byte offsets", "[json]") {
   CHECK_THAT(error(""), Contains("found the end of the text"));
   CHECK_FALSE(json::parse("18446744073709551616", "t").as_uint64(u));  // 2^64 does not fit
 }
+
+TEST_CASE("quoted strings are valid JSON whatever their bytes", "[json]") {
+  // Escapes JSON requires; UTF-8 kept as it is.
+  CHECK(json::quote("a\"b\\c\nd\x01") == "\"a\\\"b\\\\c\\nd\\u0001\"");
+  CHECK(json::quote("caf\xc3\xa9") == "\"caf\xc3\xa9\"");
+  // A path in Latin-1 (0xe9) and a stray continuation byte: each becomes U+FFFD, so a reader that
+  // insists on UTF-8 (Python's json, jq) still reads the record. Once copied as they were.
+  const std::string quoted = json::quote("runs/caf\xe9/\x80x");
+  CHECK(quoted == "\"runs/caf\xef\xbf\xbd/\xef\xbf\xbdx\"");
+  CHECK(json::parse(quoted, "q").text == "runs/caf\xef\xbf\xbd/\xef\xbf\xbdx");
+}
