@@ -333,8 +333,8 @@ Value parse(std::string_view text, const std::string& source, std::size_t offset
 std::string quote(std::string_view s) {
   // nlohmann's writer: escapes what JSON requires and writes bytes that are not UTF-8 as U+FFFD,
   // so a path or a provenance line in another encoding still makes valid JSON.
-  return nlohmann::json(std::string(s)).dump(-1, ' ', false,
-                                              nlohmann::json::error_handler_t::replace);
+  return nlohmann::json(std::string(s))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace mnist::json
