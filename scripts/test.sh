@@ -79,10 +79,6 @@ tsan_job() {
   # halt_on_error: a race fails the job at once, with both stacks. The lifecycle tests' time bounds
   # are scaled: the instrumented binary is several times slower.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
-  # libgomp's own spin count, set, so mnist-train keeps libgomp's default waits here and does not
-  # start itself again with passive ones (apps/mnist-train/main.cpp): the job checks our threads,
-  # not libgomp's, whose uninstrumented sleeping waits ThreadSanitizer cannot see.
-  export GOMP_SPINCOUNT=300000
   "$dir/tests/unit_tests" "[engine],[comm],[checkpoint]" || return
   # (integration_tests runs the mnist-train of its own build: the instrumented one.)
   MNIST_TEST_TIME_SCALE=10 "$dir/tests/integration_tests" "[lifecycle]"
