@@ -128,10 +128,17 @@ extern "C" void on_signal(int sig) {
 // by its default action (exit 143). Blocked, it stays pending until install_signal_handlers
 // unblocks it into the handler: a stop request like any other. The system call itself, not
 // glibc's sigprocmask: a sanitizer runtime that intercepts it is not initialized yet this early.
-void block_stop_signals(int, char**, char**) {
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
+
+sigset_t stop_signal_set() {
   sigset_t stops;
   sigemptyset(&stops);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stops, sig);
+  for (int sig : kStopSignals) sigaddset(&stops, sig);
+  return stops;
+}
+
+void block_stop_signals(int, char**, char**) {
+  const sigset_t stops = stop_signal_set();
   ::syscall(SYS_rt_sigprocmask, SIG_BLOCK, &stops, nullptr, _NSIG / 8);
 }
 __attribute__((section(".preinit_array"),
@@ -145,13 +152,11 @@ void install_signal_handlers() {
   // instead of failing it with EINTR; the stop is acted on after the first step.
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &action, nullptr);
-  // Blocked since the process was loaded (block_stop_signals) and across the start again
-  // (default_to_passive_openmp_waits): one that came meanwhile is pending, and is delivered to the
-  // handler now.
-  sigset_t stops;
-  sigemptyset(&stops);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stops, sig);
+  for (int sig : kStopSignals) sigaction(sig, &action, nullptr);
+  // Blocked since the process was loaded (block_stop_signals, in each start of
+  // default_to_passive_openmp_waits too, as the mask survives exec): one that came meanwhile is
+  // pending, and is delivered to the handler now.
+  const sigset_t stops = stop_signal_set();
   sigprocmask(SIG_UNBLOCK, &stops, nullptr);
 }
 
@@ -161,7 +166,7 @@ void install_signal_handlers() {
 // for a stop: they get the default actions back, and a signal that came meanwhile acts now.
 void restore_default_signals() {
   const int pending = g_signal.load();
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, SIG_DFL);
+  for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
   if (pending != 0) std::raise(pending);
 }
 
@@ -253,11 +258,9 @@ int dry_run_command(const mnist::Experiment& experiment, mnist::ProcessGroup& gr
             << "batch: " << batch_line(experiment, devices.workers() * group.size()) << "\n";
   if (devices.kind == mnist::DeviceKind::cpu) {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
     std::cout << "openmp: OMP_WAIT_POLICY=" << (policy ? policy : "(unset)")
-              << (std::getenv("GOMP_SPINCOUNT")
-                      ? " GOMP_SPINCOUNT=" + std::string(std::getenv("GOMP_SPINCOUNT"))
-                      : "")
-              << "\n";
+              << (spin ? std::string(" GOMP_SPINCOUNT=") + spin : "") << "\n";
   }
   return kExitOk;
 }
@@ -691,14 +694,9 @@ void default_to_passive_openmp_waits(int argc, char** argv) {
     if (arg == "-h" || arg == "--help" || arg == "--version") return;
   }
   if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-  // A stop signal during the second start stays pending (the mask survives exec) until
-  // install_signal_handlers unblocks it, instead of killing the process by its default action.
-  sigset_t stops, before;
-  sigemptyset(&stops);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&stops, sig);
-  sigprocmask(SIG_BLOCK, &stops, &before);
+  // The stop signals are still blocked from load (block_stop_signals), and stay so across exec:
+  // one during the second start waits for install_signal_handlers.
   ::execv("/proc/self/exe", argv);
-  sigprocmask(SIG_SETMASK, &before, nullptr);
   ::unsetenv("OMP_WAIT_POLICY");  // still this process: say nothing that is not so
 }
 

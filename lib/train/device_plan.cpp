@@ -155,11 +155,7 @@ std::string DevicePlan::describe() const {
 DevicePlan plan_devices_elsewhere(const DevicesConfig& config, const std::string& why_none) {
   DevicePlan plan;
   plan.kind = DeviceKind::cuda;
-  plan.engine = config.engine;
-  const std::vector<Engine> cuda = engines_of(BackendChoice::cuda);
-  if (std::find(cuda.begin(), cuda.end(), config.engine) == cuda.end())
-    MNIST_THROW(ConfigError, "devices.engine: '{}' is not a CUDA engine; allowed: {}",
-                to_string(config.engine), engine_names(cuda));
+  plan.engine = config.engine;  // a CUDA engine: the config's reader checks it for backend cuda
   std::string assumed;
   if (config.gpus_mode == GpuSelection::list) {
     plan.gpus = config.gpu_list;

@@ -43,7 +43,8 @@ DevicePlan plan_devices(const DevicesConfig& config, const std::vector<GpuInfo>&
 // The plan of backend cuda as a node with the config's GPUs would make it, on a machine that has
 // none (a login node's --dry-run of a batch job): the GPUs devices.gpus lists, N for auto:N, one
 // for "all" (the note says which were assumed and why none was checked). The config's other rules
-// (the layout, a CUDA engine) hold as on a GPU node.
+// (the layout; a CUDA engine, which the config's reader checks) hold as on a GPU node. For
+// devices.backend cuda only.
 DevicePlan plan_devices_elsewhere(const DevicesConfig& config, const std::string& why_none);
 
 // The GPUs this process can see for `config` (empty without CUDA, a driver, or a device, and for

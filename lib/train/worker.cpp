@@ -226,7 +226,12 @@ Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend>
   pass_.step_scalars = step_values_.data();
   pass_.seed = e.seed;
   pass_.global_n = in.plan.global_batch;
-  if (sums_across_replicas()) check_communicator_sums();
+  if (sums_across_replicas()) {
+    // The checks' scratch, made once: 64 known values at set-up, two slots per replica after.
+    check_values_ = DeviceBuffer<float>(
+        be, std::max<std::size_t>(kKnownValues, 2 * static_cast<std::size_t>(in.replicas)));
+    check_communicator_sums();
+  }
   if (e.train.batch_norm == BatchNormMode::sync && in.comm)
     pass_.all_reduce_sum = [this](float* values, std::size_t count) {
       inputs_->comm->all_reduce_sum(local_rank_, *backend_, values, count);
@@ -360,18 +365,14 @@ void Worker::check_communicator_sums() {
   // (for any run's replica count), distinct per replica and per element, so a transport that
   // drops, repeats or misplaces a contribution, or reads stale memory, cannot give the expected
   // sum. One small all-reduce, once per run, before any step.
-  constexpr std::size_t kValues = 64;
   const Communicator& comm = *inputs_->comm;
   const int replicas = inputs_->replicas;
-  std::vector<float> host(kValues);
-  for (std::size_t i = 0; i < kValues; ++i)
+  std::vector<float> host(kKnownValues);
+  for (std::size_t i = 0; i < kKnownValues; ++i)
     host[i] = static_cast<float>((replica_index_ + 1) * static_cast<int64_t>(i + 1));
-  DeviceBuffer<float> values(*backend_, kValues);
-  backend_->copy_to_device(values.data(), host.data(), sizeof(float) * kValues);
-  inputs_->comm->all_reduce_sum(local_rank_, *backend_, values.data(), kValues);
-  backend_->copy_to_host(host.data(), values.data(), sizeof(float) * kValues);
+  all_reduce_from_host(host);
   const int64_t replica_sum = static_cast<int64_t>(replicas) * (replicas + 1) / 2;
-  for (std::size_t i = 0; i < kValues; ++i) {
+  for (std::size_t i = 0; i < kKnownValues; ++i) {
     const double want = static_cast<double>(replica_sum * static_cast<int64_t>(i + 1));
     if (host[i] == want) continue;
     MNIST_THROW(RuntimeError,
@@ -385,6 +386,13 @@ void Worker::check_communicator_sums() {
                       "the paths NCCL chose"
                     : "Check the devices and the transport between them");
   }
+}
+
+void Worker::all_reduce_from_host(std::vector<float>& values) {
+  const std::size_t bytes = sizeof(float) * values.size();
+  backend_->copy_to_device(check_values_.data(), values.data(), bytes);
+  inputs_->comm->all_reduce_sum(local_rank_, *backend_, check_values_.data(), values.size());
+  backend_->copy_to_host(values.data(), check_values_.data(), bytes);
 }
 
 std::vector<uint32_t> Worker::parameter_checksums() {
@@ -401,10 +409,7 @@ std::vector<uint32_t> Worker::parameter_checksums() {
   std::vector<float> slots(2 * replicas, 0.0f);
   slots[2 * replica_index_] = static_cast<float>(own & 0xffffu);
   slots[2 * replica_index_ + 1] = static_cast<float>(own >> 16);
-  DeviceBuffer<float> buffer(*backend_, slots.size());
-  backend_->copy_to_device(buffer.data(), slots.data(), sizeof(float) * slots.size());
-  inputs_->comm->all_reduce_sum(local_rank_, *backend_, buffer.data(), slots.size());
-  backend_->copy_to_host(slots.data(), buffer.data(), sizeof(float) * slots.size());
+  all_reduce_from_host(slots);
   std::vector<uint32_t> sums(replicas);
   for (std::size_t r = 0; r < replicas; ++r)
     sums[r] = static_cast<uint32_t>(slots[2 * r]) | (static_cast<uint32_t>(slots[2 * r + 1]) << 16);

@@ -189,6 +189,9 @@ class Worker {
   // Several replicas: one all-reduce of known values, compared on the host; a wrong sum is a
   // RuntimeError naming the transport (set-up, before any step).
   void check_communicator_sums();
+  static constexpr std::size_t kKnownValues = 64;  // check_communicator_sums' values
+  // `values` summed over every replica through check_values_ (the checks' own transport calls).
+  void all_reduce_from_host(std::vector<float>& values);
   // The step's values into step_values_ (one launch).
   void set_step_values(const StepContext& step);
   // The update hop; `advance` only in the captured step (see apply_optimizer_step).
@@ -214,6 +217,7 @@ class Worker {
   std::unique_ptr<Shifted> shifted_;
   std::unique_ptr<Graphs> graphs_;
   DeviceBuffer<StepScalars> step_values_;  // the step's values, which every training kernel reads
+  DeviceBuffer<float> check_values_;       // with several replicas: the agreement checks' scratch
   PassContext pass_;
 };
 

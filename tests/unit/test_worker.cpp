@@ -155,64 +155,55 @@ TEST_CASE("the watchdog names the worker holding the collective up, not one wait
 }
 
 namespace {
-// A transport that sums like the real one, then gets one element of one replica wrong: what a
-// GPU link with a broken peer path does (CPU workers: the buffers are host memory).
-class MisSummingCommunicator final : public Communicator {
- public:
-  explicit MisSummingCommunicator(int workers) : inner_(workers) {}
-  std::string name() const override { return "mis-summing " + inner_.name(); }
-  int local_size() const override { return inner_.local_size(); }
-  int global_size() const override { return inner_.global_size(); }
-  void all_reduce_sum(int local_rank, Backend& backend, float* data, std::size_t count) override {
-    inner_.all_reduce_sum(local_rank, backend, data, count);
-    if (local_rank == 1 && count > 5) data[5] += 1.0f;
-  }
-  void abort() override { inner_.abort(); }
-
- private:
-  ThreadCommunicator inner_;
+// The small network on CPU workers with `overrides`, its synthetic data and backends.
+struct CpuSetup {
+  Experiment e;
+  Model model;
+  std::shared_ptr<const Dataset> data;
+  BackendFactory backends;
+  explicit CpuSetup(const std::vector<std::string>& overrides)
+      : e(small_experiment(overrides)),
+        model(Model::build(e.model)),
+        data(std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32))),
+        backends(plan_devices(e.devices, {}).factory()) {}
 };
-}  // namespace
 
-TEST_CASE("a transport that sums wrongly stops the run at set-up naming it and the element",
-          "[worker][comm]") {
-  const Experiment e = small_experiment({"train.steps=2", "devices.cpu_workers=2"});
-  const Model model = Model::build(e.model);
-  const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32));
-  const BackendFactory backends = plan_devices(e.devices, {}).factory();
-  {
-    // The real transport passes the check and trains.
-    auto comm = std::make_shared<ThreadCommunicator>(2);
-    Trainer trainer(e, model, data, backends, 2, comm);
-    trainer.step();
-  }
-  auto comm = std::make_shared<MisSummingCommunicator>(2);
-  try {
-    Trainer trainer(e, model, data, backends, 2, comm);
-    FAIL("a trainer over a transport that sums wrongly started");
-  } catch (const RuntimeError& error) {
-    const std::string message = error.what();
-    CHECK_THAT(message, Catch::Contains("summed known values wrongly before training"));
-    CHECK_THAT(message, Catch::Contains("mis-summing"));
-    CHECK_THAT(message, Catch::Contains("element 5 of replica 1 is 19, the sum over the 2 "
-                                        "replicas is 18"));
-  }
-}
-
-namespace {
 struct LoggedSteps : RunObserver {
   std::vector<int64_t> steps;
   void on_step(const StepRecord& r) override { steps.push_back(r.step); }
 };
 }  // namespace
 
+TEST_CASE("a transport that sums wrongly stops the run at set-up naming it and the element",
+          "[worker][comm]") {
+  const CpuSetup run({"train.steps=2", "devices.cpu_workers=2"});
+  {
+    // The real transport passes the check and trains.
+    auto comm = std::make_shared<ThreadCommunicator>(2);
+    Trainer trainer(run.e, run.model, run.data, run.backends, 2, comm);
+    trainer.step();
+  }
+  // One that gets element 5 of replica 1's sums wrong from the first call: what a GPU link with a
+  // broken peer path does.
+  auto comm =
+      std::make_shared<testing::FaultyCommunicator>(std::make_shared<ThreadCommunicator>(2), 1, 5);
+  comm->arm();
+  try {
+    Trainer trainer(run.e, run.model, run.data, run.backends, 2, comm);
+    FAIL("a trainer over a transport that sums wrongly started");
+  } catch (const RuntimeError& error) {
+    const std::string message = error.what();
+    CHECK_THAT(message, Catch::Contains("summed known values wrongly before training"));
+    CHECK_THAT(message, Catch::Contains("faulty in-process sum"));
+    CHECK_THAT(message, Catch::Contains("element 5 of replica 1 is 19, the sum over the 2 "
+                                        "replicas is 18"));
+  }
+}
+
 TEST_CASE("replicas whose parameters part stop the run at the next logged step, naming them",
           "[worker][comm]") {
-  const Experiment e = small_experiment(
+  const CpuSetup run(
       {"train.steps=8", "train.log_every=2", "devices.cpu_workers=3", "train.global_batch=48"});
-  const Model model = Model::build(e.model);
-  const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32));
-  const BackendFactory backends = plan_devices(e.devices, {}).factory();
   // Worker 2's gradient sums go wrong from step 5 (0-based 4) on, after the set-up check passed.
   auto comm =
       std::make_shared<testing::FaultyCommunicator>(std::make_shared<ThreadCommunicator>(3), 2);
@@ -228,7 +219,7 @@ TEST_CASE("replicas whose parameters part stop the run at the next logged step, 
     trainer_ptr->snapshot();
     checkpoints.push_back(step);
   };
-  Trainer trainer(e, model, data, backends, 3, comm, 0, options);
+  Trainer trainer(run.e, run.model, run.data, run.backends, 3, comm, 0, options);
   trainer_ptr = &trainer;
   LoggedSteps logged;
   try {
@@ -249,14 +240,11 @@ TEST_CASE("replicas whose parameters part stop the run at the next logged step, 
 
 TEST_CASE("replicas that agree pass every check, and a checkpoint between logs is checked too",
           "[worker][comm]") {
-  const Experiment e = small_experiment(
+  const CpuSetup run(
       {"train.steps=5", "train.log_every=2", "devices.cpu_workers=2", "train.global_batch=32"});
-  const Model model = Model::build(e.model);
-  const auto data = std::make_shared<const Dataset>(testing::synthetic_dataset(96, 32));
-  const BackendFactory backends = plan_devices(e.devices, {}).factory();
   auto comm =
       std::make_shared<testing::FaultyCommunicator>(std::make_shared<ThreadCommunicator>(2), 1);
-  Trainer trainer(e, model, data, backends, 2, comm);
+  Trainer trainer(run.e, run.model, run.data, run.backends, 2, comm);
   LoggedSteps logged;
   trainer.run(logged);
   CHECK(logged.steps == std::vector<int64_t>{2, 4, 5});
