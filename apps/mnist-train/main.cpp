@@ -40,6 +40,8 @@
 #include "train/session.hpp"
 #include "train/worker.hpp"
 
+#include "sweep_command.hpp"
+
 namespace {
 
 // Exit codes (README "Exit codes").
@@ -48,7 +50,8 @@ constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;        // bad usage, config or data
 constexpr int kExitInterrupted = 3;  // SIGINT/SIGTERM: checkpoint written
 constexpr int kExitDiverged = 4;
-constexpr int kExitRequeue = 75;  // SIGUSR1: checkpoint written, requeue the job (EX_TEMPFAIL)
+constexpr int kExitSomeFailed = 5;  // sweep: it ran to its end, but some points failed
+constexpr int kExitRequeue = 75;    // SIGUSR1: checkpoint written, requeue the job (EX_TEMPFAIL)
 
 std::string version_text() {
   auto part = [](bool on, const std::string& version) {
@@ -219,10 +222,14 @@ struct CommandLine {
   std::string checkpoint_path, eval_data;
   std::vector<std::string> predict_images;
   bool eval_json = false, predict_json = false;
+  mnist_cli::SweepOptions sweep;
 
   bool training() const {
-    return !*devices && !*convert && !*eval && !*predict && !*bench && !dry_run;
+    return !*devices && !*convert && !*eval && !*predict && !*bench && !*sweep.app && !dry_run;
   }
+  // Whether the command acts on stop signals: a training run, and a sweep, which passes them on
+  // to its points.
+  bool polls_stop() const { return training() || (*sweep.app && !dry_run); }
 };
 
 // The experiment of a training run or a dry run: the config with the command line's overrides,
@@ -476,6 +483,49 @@ int bench_command(const std::string& config_path, const std::vector<std::string>
   return kExitOk;
 }
 
+// `mnist-train sweep` (sweep_command.cpp, docs/sweeps.md): the tool's own options are those of
+// every point; the outcome is mapped to the sweep's exit codes here, as every other command's.
+int sweep_command(const CommandLine& cli, const std::string& data_root,
+                  std::shared_ptr<spdlog::logger> log,
+                  std::shared_ptr<mnist::ProgressLine> progress, mnist::ProcessGroup& group) {
+  if (group.size() > 1)
+    MNIST_THROW(mnist::UsageError,
+                "sweep starts its points as processes of its own; run it once, not under "
+                "mpirun/srun with several tasks (a Slurm array runs one point per task: --point)");
+  if (cli.overwrite || !cli.resume.empty())
+    MNIST_THROW(mnist::UsageError,
+                "sweep: every point resumes from its own folder by itself; leave out {}",
+                cli.overwrite ? "--overwrite" : "--resume");
+  mnist_cli::SweepContext context;
+  context.config_path = cli.config_path;
+  context.overrides = cli.overrides;
+  if (!cli.log_format.empty()) context.overrides.push_back("output.log_format=" + cli.log_format);
+  context.unsets = cli.unsets;
+  context.dry_run = cli.dry_run;
+  context.gpus = cli.gpus;
+  context.data_root = data_root;
+  context.data_root_option = cli.data_root;
+  if (cli.log_level != "info") context.point_args = {"--log-level", cli.log_level};
+  if (cli.force_resume) context.point_args.push_back("--force-resume");
+  context.stop_signal = [] { return g_stop.load() != mnist::kNoStop ? g_signal.load() : 0; };
+  context.log = std::move(log);
+  context.status = std::move(progress);
+  const mnist::SweepReport report = mnist_cli::run_sweep_command(cli.sweep, context);
+  switch (report.outcome) {
+    case mnist::SweepOutcome::done:
+      return kExitOk;
+    case mnist::SweepOutcome::some_failed:
+      return kExitSomeFailed;
+    case mnist::SweepOutcome::interrupted:
+      return kExitInterrupted;
+    case mnist::SweepOutcome::requeue:
+      return kExitRequeue;
+    case mnist::SweepOutcome::point:
+      return report.point_exit_code;
+  }
+  return kExitRuntime;
+}
+
 int report_error(std::exception_ptr error, const std::string& who);
 
 // The options of the whole tool (training, and what the subcommands share).
@@ -568,6 +618,7 @@ void add_subcommands(CLI::App& app, CommandLine& cli) {
                    "IDX image files (raw or .gz) or binary PGM (P5) files")
       ->required();
   cli.predict->add_flag("--json", cli.predict_json, "one JSON object per image instead of text");
+  mnist_cli::add_sweep_subcommand(app, cli.sweep);
   app.require_subcommand(0, 1);
 }
 
@@ -607,6 +658,7 @@ int run_command(const CommandLine& cli, const std::shared_ptr<spdlog::logger>& l
                          cli.bench_engines, cli.bench_rounds, cli.bench_json, cli.bench_allreduce,
                          cli.bench_no_allreduce);
   }
+  if (*cli.sweep.app) return sweep_command(cli, root, logger, std::move(progress), group);
   if (cli.config_path.empty())
     MNIST_THROW(mnist::UsageError, "--config FILE is required (see --help)");
   return train_command(cli, root, logger, std::move(progress), group);
@@ -634,7 +686,7 @@ int run_cli(int argc, char** argv, mnist::ProcessGroup& group) {
                                                mnist::parse_progress_mode(cli.progress_mode), 2);
     progress = std::make_shared<mnist::ProgressLine>(2, draw);
     const auto logger = make_process_logger(cli, progress, group);
-    if (!cli.training()) restore_default_signals();
+    if (!cli.polls_stop()) restore_default_signals();
     return run_command(cli, logger, progress, group);
   } catch (...) {
     // The error message starts on a clean line, not after a half-erased status line.

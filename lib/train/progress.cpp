@@ -115,6 +115,21 @@ void ProgressLine::on_progress(const ProgressRecord& r) {
   draw_locked();
 }
 
+void ProgressLine::show_text(const std::string& text, bool now) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto at = std::chrono::steady_clock::now();
+  if (!now && !line_.empty() &&
+      std::chrono::duration<double>(at - last_draw_).count() < kMinRedrawSeconds)
+    return;
+  last_draw_ = at;
+  line_ = text;
+  const int width = terminal_columns(fd_);
+  // One column short of the width, as format_progress cuts its line.
+  if (width > 1 && static_cast<int>(line_.size()) > width - 1) line_.resize(width - 1);
+  draw_locked();
+}
+
 void ProgressLine::finish() {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mutex_);

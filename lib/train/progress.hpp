@@ -43,6 +43,9 @@ class ProgressLine : public RunObserver {
   bool enabled() const { return enabled_; }
   void on_step(const StepRecord& r) override;
   void on_progress(const ProgressRecord& r) override;
+  // Draws `text` as the line (a sweep's status: points done, running, queued), cut to the
+  // terminal's width; redrawn at most ten times a second unless `now` is true.
+  void show_text(const std::string& text, bool now = false);
   // Erases the line for good (end of the run); the next on_progress draws a new one.
   void finish();
 
