@@ -226,16 +226,14 @@ prepare() {
   chmod 755 "$staging"  # mktemp makes it private
   mkdir -p "$staging/bin"
   cp "$build/bin/mnist-train" "$staging/bin/"
-  if [[ -x $build/tests/gpu_tests ]]; then
-    cp "$build/tests/gpu_tests" "$staging/bin/"
-  else
-    say "$build/tests/gpu_tests is not built (no CUDA in that build): its stage will be SKIP"
-  fi
-  if [[ -x $build/tests/device_probes ]]; then
-    cp "$build/tests/device_probes" "$staging/bin/"
-  else
-    say "$build/tests/device_probes is not built (no CUDA, or emulated): the probes stage will be SKIP"
-  fi
+  local tool
+  for tool in gpu_tests device_probes; do
+    if [[ -x $build/tests/$tool ]]; then
+      cp "$build/tests/$tool" "$staging/bin/"
+    else
+      say "$build/tests/$tool is not built (no CUDA, or device_probes in an emulated build): its stage will be SKIP"
+    fi
+  done
   if [[ -n $BASELINE_BUILD ]]; then
     mkdir -p "$staging/baseline/bin"
     cp "$BASELINE_BUILD/bin/mnist-train" "$staging/baseline/bin/"
@@ -537,12 +535,17 @@ no_device() {
   return 1
 }
 
+# carried STAGE BINARY WHY: BINARY is in the carry folder's bin/ (else STAGE is recorded SKIP,
+# saying WHY it would be missing, and it returns 1)
+carried() {
+  [[ -x $CARRY/bin/$2 ]] && return 0
+  record "$1" SKIP 0 0 "" "$2 is not in the carry folder ($3)"
+  return 1
+}
+
 stage_gpu_tests() {
   no_device gpu_tests && return
-  if [[ ! -x $CARRY/bin/gpu_tests ]]; then
-    record gpu_tests SKIP 0 0 "" "gpu_tests is not in the carry folder (a build without CUDA)"
-    return
-  fi
+  carried gpu_tests gpu_tests "a build without CUDA" || return
   begin gpu_tests 150 || return
   local log=$WORK/gpu_tests.log
   step "$log" "$CARRY/bin/gpu_tests" --durations yes
@@ -567,10 +570,7 @@ stage_gpu_tests() {
 # resident blocks per SM. A few seconds; what the next designs of the fused step would pay.
 stage_probes() {
   no_device probes && return
-  if [[ ! -x $CARRY/bin/device_probes ]]; then
-    record probes SKIP 0 0 "" "device_probes is not in the carry folder (a build without real CUDA)"
-    return
-  fi
+  carried probes device_probes "a build without real CUDA" || return
   begin probes 30 || return
   local log=$WORK/probes.log
   step "$log" "$CARRY/bin/device_probes"

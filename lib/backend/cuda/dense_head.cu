@@ -116,9 +116,8 @@ __shared__ float warp_loss[kHeadWarps];
 __shared__ float warp_correct[kHeadWarps];
 __shared__ int is_last;
 
-// rows[count, row_length] added in row order, in double, for the first `length` entries of a
-// row: out[e] = rows[0][e] + rows[1][e] + ... (the rows were written by other blocks: volatile,
-// not from a stale cache line).
+// Entry e of rows[count, row_length] added in row order, in double: rows[0][e] + rows[1][e] + ...
+// (the rows were written by other blocks: volatile, not from a stale cache line).
 __device__ __forceinline__ double add_column(const volatile double* rows, int count, int row_length,
                                              int e) {
   double total = 0.0;
