@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the two binaries the GPU check carries to a machine with a GPU (scripts/gpu_check.sh):
-# mnist-train and gpu_tests for sm_90 (H100/H200) into build-gpu/ (or $GPU_BUILD_DIR).
+# Builds the binaries the GPU check carries to a machine with a GPU (scripts/gpu_check.sh):
+# mnist-train, gpu_tests and device_probes for sm_90 (H100/H200) into build-gpu/ (or
+# $GPU_BUILD_DIR).
 #   GPU_BUILD_SOURCE   the source tree to build, default this checkout (the GPU check's A/B
 #                      baseline builds a commit extracted from git this way)
-#   GPU_BUILD_TARGETS  the targets, default "mnist-train gpu_tests"
+#   GPU_BUILD_TARGETS  the targets, default "mnist-train gpu_tests device_probes"
 #
 # That machine has the NVIDIA driver and PyTorch's pip copies of cuBLAS, cuDNN and NCCL, and none
 # of the Debian packages this project builds against, so the binaries must need nothing else:
@@ -15,7 +16,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GPU_BUILD_DIR:-$root/build-gpu}"
 source_dir="${GPU_BUILD_SOURCE:-$root}"
-read -r -a targets <<<"${GPU_BUILD_TARGETS:-mnist-train gpu_tests}"
+read -r -a targets <<<"${GPU_BUILD_TARGETS:-mnist-train gpu_tests device_probes}"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
@@ -32,6 +33,7 @@ for target in "${targets[@]}"; do
   case $target in
     mnist-train) binaries+=("$build/bin/mnist-train") ;;
     gpu_tests) binaries+=("$build/tests/gpu_tests") ;;
+    device_probes) binaries+=("$build/tests/device_probes") ;;
   esac
 done
 # (A target list without either binary has nothing to check.)

@@ -226,11 +226,14 @@ prepare() {
   chmod 755 "$staging"  # mktemp makes it private
   mkdir -p "$staging/bin"
   cp "$build/bin/mnist-train" "$staging/bin/"
-  if [[ -x $build/tests/gpu_tests ]]; then
-    cp "$build/tests/gpu_tests" "$staging/bin/"
-  else
-    say "$build/tests/gpu_tests is not built (no CUDA in that build): its stage will be SKIP"
-  fi
+  local tool
+  for tool in gpu_tests device_probes; do
+    if [[ -x $build/tests/$tool ]]; then
+      cp "$build/tests/$tool" "$staging/bin/"
+    else
+      say "$build/tests/$tool is not built (no CUDA, or device_probes in an emulated build): its stage will be SKIP"
+    fi
+  done
   if [[ -n $BASELINE_BUILD ]]; then
     mkdir -p "$staging/baseline/bin"
     cp "$BASELINE_BUILD/bin/mnist-train" "$staging/baseline/bin/"
@@ -532,12 +535,17 @@ no_device() {
   return 1
 }
 
+# carried STAGE BINARY WHY: BINARY is in the carry folder's bin/ (else STAGE is recorded SKIP,
+# saying WHY it would be missing, and it returns 1)
+carried() {
+  [[ -x $CARRY/bin/$2 ]] && return 0
+  record "$1" SKIP 0 0 "" "$2 is not in the carry folder ($3)"
+  return 1
+}
+
 stage_gpu_tests() {
   no_device gpu_tests && return
-  if [[ ! -x $CARRY/bin/gpu_tests ]]; then
-    record gpu_tests SKIP 0 0 "" "gpu_tests is not in the carry folder (a build without CUDA)"
-    return
-  fi
+  carried gpu_tests gpu_tests "a build without CUDA" || return
   begin gpu_tests 150 || return
   local log=$WORK/gpu_tests.log
   step "$log" "$CARRY/bin/gpu_tests" --durations yes
@@ -555,6 +563,31 @@ stage_gpu_tests() {
   else
     finish gpu_tests FAIL "${summary:-exit $RC}" "$(grep -m1 -E 'FAILED|REQUIRE|error' "$log" | cut -c1-200)"
   fi
+}
+
+# The device micro-checks (tests/gpu_check/device_probes.cu): a kernel boundary in a captured
+# graph with and without programmatic dependent launch, a cooperative grid.sync() with one and two
+# resident blocks per SM. A few seconds; what the next designs of the fused step would pay.
+stage_probes() {
+  no_device probes && return
+  carried probes device_probes "a build without real CUDA" || return
+  begin probes 30 || return
+  local log=$WORK/probes.log
+  step "$log" "$CARRY/bin/device_probes"
+  if ((RC == 77)); then
+    TIMED_OUT=0
+    record probes SKIP $((EPOCHSECONDS - STAGE_START)) 30 "" "no GPU: $(last_line "$log")"
+    return
+  fi
+  local name value figures=()
+  while read -r name value; do
+    figure "probe_$name" "$value"
+    figures+=("$name $value us")
+  done < <(sed -n 's/^probe \([a-z0-9_]*\) \([0-9][0-9.]*\) us$/\1 \2/p' "$log")
+  local joined status=PASS
+  joined=$(printf '%s, ' "${figures[@]}")
+  ((RC != 0 || ${#figures[@]} == 0)) && status=FAIL
+  finish probes "$status" "${joined%, }" "$( ((RC != 0)) && last_line "$log")"
 }
 
 # The engines the GPU stages compare (the CPU backend has only native).
@@ -625,36 +658,55 @@ bench_rate() { sed -n "s/^engine $2, .* \([0-9][0-9.]*\) samples\/s.*/\1/p" "$1"
 # samples/s per engine from the bench stage, at BENCH_BATCH, for the pytorch stage's ratios
 declare -A BENCH_RATE=()
 BENCH_BATCH=0
+# The batches the bench and pytorch stages measure, so the scaling is on record; the figures
+# without a batch in their name (samples_per_s_ENGINE) are at BENCH_MAIN_BATCH.
+BENCH_BATCHES=(256 1024 8192)
+BENCH_MAIN_BATCH=1024
 stage_bench() {
   no_device bench && return
-  begin bench 60 || return
-  local log=$WORK/bench.log args=(--batch 1024 --steps 50)
-  ((FAST)) && args=(--batch 256 --steps 3 --warmup 1)
+  begin bench 90 || return
+  local log=$WORK/bench.log batches=("${BENCH_BATCHES[@]}") main=$BENCH_MAIN_BATCH
+  local args=(--steps 50)
+  if ((FAST)); then
+    batches=(256)
+    main=256
+    args=(--steps 3 --warmup 1)
+  fi
   local list
   list=$(engines | tr ' ' ',')
-  # shellcheck disable=SC2046
-  step "$log" "$TRAIN" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets) bench \
-    "${args[@]}" --engines "$list"
-  local figures=() engine rate missing=0
-  for engine in $(engines); do
-    rate=$(bench_rate "$log" "$engine")
-    if [[ -z $rate ]]; then
-      missing=1
-      figures+=("$engine: no figure")
-    else
-      figures+=("$engine $rate samples/s")
-      figure "samples_per_s_$engine" "$rate"
-      BENCH_RATE[$engine]=$rate
-    fi
+  local figures=() engine rate missing=0 batch failed="" batch_log
+  for batch in "${batches[@]}"; do
+    batch_log=$WORK/bench_b$batch.log
+    # shellcheck disable=SC2046
+    step "$batch_log" "$TRAIN" --config "$ROOT/configs/seed_single_gpu.yaml" $(device_sets) \
+      bench --batch "$batch" "${args[@]}" --engines "$list"
+    cat "$batch_log" >>"$log"
+    ((RC != 0)) && failed+="${failed:+; }batch $batch: exit $RC: $(last_line "$batch_log")"
+    for engine in $(engines); do
+      rate=$(bench_rate "$batch_log" "$engine")
+      if [[ -z $rate ]]; then
+        missing=1
+        figures+=("$engine: no figure at batch $batch")
+        continue
+      fi
+      figure "samples_per_s_${engine}_b$batch" "$rate"
+      if ((batch == main)); then
+        figure "samples_per_s_$engine" "$rate"
+        BENCH_RATE[$engine]=$rate
+        figures+=("$engine $rate samples/s")
+      else
+        figures+=("$engine $rate at batch $batch")
+      fi
+    done
   done
-  BENCH_BATCH=${args[1]}
+  BENCH_BATCH=$main
   local algorithms
-  algorithms=$(sed -n 's/^ *algorithms //p' "$log" | tr '\n' ';')
+  algorithms=$(sed -n 's/^ *algorithms //p' "$log" | sort -u | tr '\n' ';')
   local status=PASS joined
-  ((RC != 0 || missing)) && status=FAIL
+  [[ -n $failed || $missing == 1 ]] && status=FAIL
   joined=$(printf '%s, ' "${figures[@]}")
   finish bench "$status" "${joined%, }" \
-    "batch ${args[1]}${algorithms:+; conv algorithms: ${algorithms%;}}$( ((RC != 0)) && echo "; exit $RC: $(last_line "$log")")"
+    "batches ${batches[*]}, the unnamed figures at $main${algorithms:+; conv algorithms: ${algorithms%;}}${failed:+; $failed}"
 }
 
 # The two Nsight Compute stages' shared parts. find_ncu STAGE sets NCU, or records STAGE as SKIP
@@ -958,46 +1010,133 @@ train_stage() {
   fi
 }
 
+# pytorch_rate LOG LABEL BATCH: the samples/s scripts/bench_pytorch.py printed for LABEL (eager,
+# or "compiled (MODE)") at BATCH in LOG
+pytorch_rate() {
+  sed -n "s/^pytorch .* $2 on .*: batch $3, .* \([0-9][0-9.]*\) samples\/s.*/\1/p" "$1" | tail -n 1
+}
+# pytorch_ready STAGE LOG: PyTorch imports (else STAGE is recorded SKIP and it returns 1)
+pytorch_ready() {
+  # PyTorch finds its own libraries; the paths set for our binaries could only shadow them.
+  step "$2" env LD_LIBRARY_PATH="$ORIGINAL_LD_LIBRARY_PATH" python3 -c \
+    "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+  ((RC == 0)) && return 0
+  TIMED_OUT=0
+  record "$1" SKIP $((EPOCHSECONDS - STAGE_START)) "$STAGE_LIMIT" "" "PyTorch not importable: $(last_line "$2")"
+  return 1
+}
+# ratios_to RATE NAME: each engine's bench figure over RATE (PyTorch's at the bench's main batch)
+# as the figure ratio_to_NAME_ENGINE; sets RATIOS to "engine Nx" words
+RATIOS=()
+ratios_to() {
+  local engine ratio
+  RATIOS=()
+  for engine in $(engines); do
+    [[ -n ${BENCH_RATE[$engine]:-} ]] || continue
+    ratio=$(awk -v a="${BENCH_RATE[$engine]}" -v b="$1" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+    [[ -n $ratio ]] || continue
+    figure "ratio_to_$2_$engine" "$ratio"
+    RATIOS+=("$engine ${ratio}x")
+  done
+}
+
+# Eager PyTorch at the bench stage's batches; the ratios at its main batch.
 stage_pytorch() {
   no_device pytorch && return
   begin pytorch 60 || return
   local log=$WORK/pytorch.log
-  # PyTorch finds its own libraries; the paths set for our binaries could only shadow them.
-  step "$log" env LD_LIBRARY_PATH="$ORIGINAL_LD_LIBRARY_PATH" python3 -c \
-    "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-  if ((RC != 0)); then
-    TIMED_OUT=0
-    record pytorch SKIP $((EPOCHSECONDS - STAGE_START)) 60 "" "PyTorch not importable: $(last_line "$log")"
-    return
+  pytorch_ready pytorch "$log" || return
+  local batches=("${BENCH_BATCHES[@]}") main=$BENCH_MAIN_BATCH args=(--steps 50)
+  if ((FAST)); then
+    batches=(256)
+    main=256
+    args=(--steps 3 --warmup 1)
   fi
-  local args=(--batch 1024 --steps 50 --device "$DEVICE")
-  ((FAST)) && args=(--batch 256 --steps 3 --warmup 1 --device "$DEVICE")
+  local joined_batches
+  joined_batches=$(printf '%s,' "${batches[@]}")
   step "$log" env LD_LIBRARY_PATH="$ORIGINAL_LD_LIBRARY_PATH" python3 \
-    "$ROOT/scripts/bench_pytorch.py" "${args[@]}"
-  local rate
-  rate=$(sed -n 's/.* \([0-9][0-9.]*\) samples\/s.*/\1/p' "$log" | tail -n 1)
+    "$ROOT/scripts/bench_pytorch.py" --batch "${joined_batches%,}" "${args[@]}" --device "$DEVICE" \
+    --modes eager
+  local rate batch others=()
+  for batch in "${batches[@]}"; do
+    rate=$(pytorch_rate "$log" eager "$batch")
+    [[ -n $rate ]] || continue
+    figure "pytorch_eager_samples_per_s_b$batch" "$rate"
+    ((batch == main)) || others+=("$rate at batch $batch")
+  done
+  rate=$(pytorch_rate "$log" eager "$main")
   if ((RC == 0)) && [[ -n $rate ]]; then
     figure pytorch_samples_per_s "$rate"
+    local text="$rate samples/s (eager, batch $main)" joined
     # Each engine's bench figure over PyTorch's, when the bench stage ran at the same batch.
-    local engine ratio ratios=()
-    if [[ $BENCH_BATCH == "${args[1]}" ]]; then
-      for engine in $(engines); do
-        [[ -n ${BENCH_RATE[$engine]:-} ]] || continue
-        ratio=$(awk -v a="${BENCH_RATE[$engine]}" -v b="$rate" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
-        [[ -n $ratio ]] || continue
-        figure "ratio_to_pytorch_$engine" "$ratio"
-        ratios+=("$engine ${ratio}x")
-      done
-    fi
-    local text="$rate samples/s (eager, batch ${args[1]})" joined
-    if ((${#ratios[@]})); then
-      joined=$(printf '%s, ' "${ratios[@]}")
+    RATIOS=()
+    [[ $BENCH_BATCH == "$main" ]] && ratios_to "$rate" pytorch
+    if ((${#RATIOS[@]})); then
+      joined=$(printf '%s, ' "${RATIOS[@]}")
       text+="; the engines against it: ${joined%, }"
+    fi
+    if ((${#others[@]})); then
+      joined=$(printf '%s, ' "${others[@]}")
+      text+="; eager ${joined%, }"
     fi
     finish pytorch PASS "$text" "$(grep -m1 '^pytorch' "$log" | cut -d: -f1)"
   else
     finish pytorch FAIL "exit $RC" "$(last_line "$log")"
   fi
+}
+
+# The same network under torch.compile, the form its users would pick for speed: max-autotune
+# (Inductor's autotuned kernels with CUDA graphs) and reduce-overhead (CUDA graphs), at the bench
+# stage's main batch, channels_last, TF32 off. Compiling takes most of the stage's time, so it is
+# a stage of its own: the eager figures above never wait on it.
+stage_pytorch_compiled() {
+  no_device pytorch_compiled && return
+  begin pytorch_compiled 240 || return
+  local log=$WORK/pytorch_compiled.log
+  pytorch_ready pytorch_compiled "$log" || return
+  local main=$BENCH_MAIN_BATCH args=(--steps 50 --warmup 5)
+  if ((FAST)); then
+    main=256
+    args=(--steps 3 --warmup 1)
+  fi
+  step "$log" env LD_LIBRARY_PATH="$ORIGINAL_LD_LIBRARY_PATH" python3 \
+    "$ROOT/scripts/bench_pytorch.py" --batch "$main" "${args[@]}" --device "$DEVICE" \
+    --modes max-autotune,reduce-overhead --channels-last auto
+  local mode rate best="" best_mode="" figures=() skipped
+  for mode in max-autotune reduce-overhead; do
+    rate=$(pytorch_rate "$log" "compiled ($mode)" "$main")
+    if [[ -n $rate ]]; then
+      figure "pytorch_${mode//-/_}_samples_per_s" "$rate"
+      figures+=("$mode $rate samples/s")
+      if [[ -z $best ]] || awk -v a="$rate" -v b="$best" 'BEGIN { exit !(a > b) }'; then
+        best=$rate
+        best_mode=$mode
+      fi
+    fi
+  done
+  skipped=$(sed -n 's/^pytorch .* compiled (\(.*\)) on .*: skipped: \(.*\)/\1: \2/p' "$log" | head -n 1)
+  if [[ -z $best ]]; then
+    if [[ -n $skipped && $RC == 0 ]]; then
+      TIMED_OUT=0
+      record pytorch_compiled SKIP $((EPOCHSECONDS - STAGE_START)) "$STAGE_LIMIT" "" "$skipped"
+    else
+      finish pytorch_compiled FAIL "exit $RC, no figure" "$(last_line "$log")"
+    fi
+    return
+  fi
+  figure pytorch_compiled_samples_per_s "$best"
+  local text joined
+  joined=$(printf '%s, ' "${figures[@]}")
+  text="${joined%, } (batch $main)"
+  RATIOS=()
+  [[ $BENCH_BATCH == "$main" ]] && ratios_to "$best" pytorch_compiled
+  if ((${#RATIOS[@]})); then
+    joined=$(printf '%s, ' "${RATIOS[@]}")
+    text+="; the engines against the faster ($best_mode): ${joined%, }"
+  fi
+  local status=PASS
+  ((RC != 0)) && status=FAIL
+  finish pytorch_compiled "$status" "$text" "$( ((RC != 0)) && last_line "$log")${skipped:+ skipped $skipped}"
 }
 
 SANITIZER=""
@@ -1157,6 +1296,7 @@ run_half() {
   stage gpu_tests stage_gpu_tests
   stage seed_vs_cpu stage_seed_vs_cpu
   stage bench stage_bench
+  stage probes stage_probes
   stage baseline stage_baseline
   stage kernels stage_kernels
   stage baseline_kernels stage_baseline_kernels
@@ -1165,6 +1305,7 @@ run_half() {
   stage nccl_all_gpus train_stage nccl_all_gpus all 2
   stage shared_gpu train_stage shared_gpu "[0,0]" 3
   stage pytorch stage_pytorch
+  stage pytorch_compiled stage_pytorch_compiled
   stage sanitizer_probe stage_sanitizer
   stage memcheck stage_memcheck
   stage memcheck_train sanitize_training memcheck_train memcheck 45 'ERROR SUMMARY'

@@ -4,7 +4,8 @@ evaluation points, one colour per run, labelled with the run's name and devices.
 
     scripts/plot_run.py RUN_DIR [RUN_DIR ...] [-o FILE.png] [--title TEXT]
 
-Reads each run directory's metrics.jsonl (and summary.json, when the run finished). Needs matplotlib
+Reads each run directory's metrics.jsonl (and summary.json, when the run finished); a run with a
+validation split draws its validation evaluations, and the test set's at the end. Needs matplotlib
 (Debian's python3-matplotlib, installed by scripts/setup.sh); draws without a display.
 """
 import argparse
@@ -17,7 +18,7 @@ def read_run(run_dir):
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(metrics):
         sys.exit(f"plot_run.py: {run_dir}: no metrics.jsonl (is it a run directory of mnist-train?)")
-    train, evals = [], []
+    train, evals, validation = [], [], []
     with open(metrics, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -26,12 +27,18 @@ def read_run(run_dir):
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"plot_run.py: {metrics}:{number}: not a JSON line ({e})")
-            (train if record.get("type") == "train" else evals).append(record)
-    if not train and not evals:
+            if record.get("type") == "train":
+                train.append(record)
+            elif record.get("split") == "validation":
+                validation.append(record)
+            elif record.get("checkpoint") != "best":  # the best checkpoint's test figures: summary
+                evals.append(record)
+    if not train and not evals and not validation:
         sys.exit(f"plot_run.py: {metrics}: no training or evaluation records yet")
     # A resumed run appends to the same file: keep the last record of each step.
     train = sorted({r["step"]: r for r in train}.values(), key=lambda r: r["step"])
     evals = sorted({r["step"]: r for r in evals}.values(), key=lambda r: r["step"])
+    validation = sorted({r["step"]: r for r in validation}.values(), key=lambda r: r["step"])
     label = os.path.basename(os.path.normpath(run_dir))
     summary_path = os.path.join(run_dir, "summary.json")
     if os.path.isfile(summary_path):
@@ -40,7 +47,7 @@ def read_run(run_dir):
         label = f"{summary.get('name', label)} ({summary.get('devices', '?')})"
         if summary.get("test_accuracy") is not None:
             label += f", test acc {summary['test_accuracy']:.4f}"
-    return label, train, evals
+    return label, train, evals, validation
 
 
 def main():
@@ -65,7 +72,7 @@ def main():
 
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (label, train, evals) in enumerate(runs):
+    for i, (label, train, evals, validation) in enumerate(runs):
         colour = colours[i % len(colours)]
         if train:
             steps = [r["step"] for r in train]
@@ -75,6 +82,12 @@ def main():
             steps = [r["step"] for r in evals]
             ax_loss.plot(steps, [r["loss"] for r in evals], "o--", color=colour, label=f"{label}: test")
             ax_acc.plot(steps, [r["accuracy"] for r in evals], "o--", color=colour, label=f"{label}: test")
+        if validation:
+            steps = [r["step"] for r in validation]
+            ax_loss.plot(steps, [r["loss"] for r in validation], "s:", color=colour,
+                         label=f"{label}: validation")
+            ax_acc.plot(steps, [r["accuracy"] for r in validation], "s:", color=colour,
+                        label=f"{label}: validation")
     ax_loss.set_yscale("log")
     ax_loss.set_ylabel("loss (log scale)")
     ax_acc.set_ylabel("accuracy")

@@ -126,6 +126,8 @@ std::string to_yaml(const Experiment& e) {
   y << YAML::Key << "watchdog_seconds" << YAML::Value << num(t.watchdog_seconds);
   y << YAML::Key << "log_after_update" << YAML::Value << boolean(t.log_after_update);
   y << YAML::Key << "cuda_graph" << YAML::Value << boolean(t.cuda_graph);
+  y << YAML::Key << "keep_best" << YAML::Value << to_string(t.keep_best);
+  y << YAML::Key << "patience" << YAML::Value << t.patience;
   y << YAML::EndMap;
 
   const OptimizerConfig& o = e.optimizer;

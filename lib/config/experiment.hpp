@@ -64,8 +64,10 @@ struct DataConfig {
   std::string dir;  // default: data/<dataset>
   // Optional explicit paths; each defaults to <dir>/<standard name>[.gz].
   std::string train_images, train_labels, test_images, test_labels;
-  // The first N training images are held out and never trained on, as TensorFlow 1's
-  // read_data_sets keeps them for validation (5000 gives its 55,000-image training split).
+  // The first N training images are held out as the validation split and never trained on, as
+  // TensorFlow 1's read_data_sets keeps them (5000 gives its 55,000-image training split). With
+  // N > 0 the evaluations during training are of this split (the test set is evaluated at the end
+  // only); with 0 they are of the test set.
   int validation_size = 0;
   // Augmentation: each training image is shifted by (dx, dy), each uniform in
   // [-random_shift, random_shift] pixels, drawn from (seed, step, position in the global batch);
@@ -113,6 +115,13 @@ struct TrainConfig {
   // when a step can be captured; others run eagerly). The same numbers as eager launching, so it
   // is not part of the math config; false launches every kernel eagerly (debugging, profiling).
   bool cuda_graph = true;
+  // With a validation split: the metric that picks the best checkpoint (checkpoints/
+  // best.safetensors), compared at every validation evaluation. Default validation_accuracy with a
+  // validation split, none without one (a validation metric then is a config error).
+  KeepBest keep_best = KeepBest::none;
+  // Early stopping: stop after this many validation evaluations in a row without an improvement of
+  // keep_best's metric. 0: never. Needs a validation split, eval_every > 0 and a keep_best metric.
+  int patience = 0;
 };
 
 struct OptimizerConfig {

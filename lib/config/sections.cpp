@@ -29,7 +29,7 @@ const std::vector<SectionKeys>& section_keys() {
       {"train",
        {"steps", "epochs", "batch_per_device", "global_batch", "log_every", "eval_every",
         "eval_batch", "batch_norm", "scale_lr_with_devices", "watchdog_seconds", "log_after_update",
-        "cuda_graph"}},
+        "cuda_graph", "keep_best", "patience"}},
       {"optimizer",
        {"type", "lr", "beta1", "beta2", "epsilon", "epsilon_style", "momentum", "nesterov",
         "weight_decay", "weight_decay_mode"}},
@@ -180,7 +180,7 @@ DevicesConfig parse_devices(const Reporter& r, const Section& top) {
   return dev;
 }
 
-TrainConfig parse_train(const Reporter& r, const Section& top) {
+TrainConfig parse_train(const Reporter& r, const Section& top, const DataConfig& data) {
   TrainConfig t;
   if (!top.has("train")) {
     r.fail_at(top.mark(), "train",
@@ -202,6 +202,29 @@ TrainConfig parse_train(const Reporter& r, const Section& top) {
   s.number("watchdog_seconds", t.watchdog_seconds, above(0));
   s.boolean("log_after_update", t.log_after_update);
   s.boolean("cuda_graph", t.cuda_graph);
+  // The best checkpoint and early stopping judge the validation split: without one there is
+  // nothing to judge (the evaluations are of the test set, which must not choose anything).
+  const bool validation = data.validation_size > 0;
+  t.keep_best = validation ? KeepBest::validation_accuracy : KeepBest::none;
+  s.choice("keep_best", t.keep_best);
+  if (!validation && t.keep_best != KeepBest::none)
+    r.fail_value(s.value("keep_best"), s.child("keep_best"),
+                 "a validation metric needs a validation split: set data.validation_size > 0 "
+                 "(without one the evaluations are of the test set, and no best is kept), or "
+                 "keep_best: none");
+  s.integer("patience", t.patience, 0);
+  if (t.patience > 0) {
+    std::string missing;
+    if (!validation)
+      missing = "a validation split (data.validation_size > 0)";
+    else if (t.eval_every == 0)
+      missing = "evaluations during training (train.eval_every > 0; patience counts them)";
+    else if (t.keep_best == KeepBest::none)
+      missing = "a metric to watch (train.keep_best: validation_accuracy or validation_loss)";
+    if (!missing.empty())
+      r.fail_value(s.value("patience"), s.child("patience"),
+                   "early stopping needs " + missing + "; 0 turns it off");
+  }
   return t;
 }
 
@@ -276,7 +299,7 @@ Experiment build_experiment(const Reporter& r, const YAML::Node& root) {
   e.data = parse_data(r, top);
   e.model = parse_model(r, top);
   e.devices = parse_devices(r, top);
-  e.train = parse_train(r, top);
+  e.train = parse_train(r, top, e.data);
   e.optimizer = parse_optimizer(top);
   e.schedule = parse_schedule(top, e.optimizer);
   Section out = open_section(top, "output");

@@ -79,6 +79,14 @@ const std::vector<Spelling<ScheduleKind>>& spellings(ScheduleKind) {
   return rows;
 }
 
+const std::vector<Spelling<KeepBest>>& spellings(KeepBest) {
+  static const std::vector<Spelling<KeepBest>> rows = {
+      {"validation_accuracy", KeepBest::validation_accuracy},
+      {"validation_loss", KeepBest::validation_loss},
+      {"none", KeepBest::none}};
+  return rows;
+}
+
 const char* to_string(PaddingMode v) {
   // Explicit padding is written as its pixel count, so it has no word in the table.
   return v == PaddingMode::explicit_pixels ? "explicit" : to_string<PaddingMode>(v);

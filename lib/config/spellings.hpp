@@ -32,6 +32,9 @@ enum class OptimizerKind { adam, sgd };
 enum class AdamEpsilon { pytorch, tensorflow };
 enum class WeightDecayMode { l2, decoupled };
 enum class ScheduleKind { constant, step, cosine };
+// train.keep_best: the validation metric that picks the best checkpoint (and that early stopping
+// watches), or none.
+enum class KeepBest { validation_accuracy, validation_loss, none };
 
 // One row of an enum's table: how a config file spells `value`.
 template <class E>
@@ -53,6 +56,7 @@ const std::vector<Spelling<OptimizerKind>>& spellings(OptimizerKind);
 const std::vector<Spelling<AdamEpsilon>>& spellings(AdamEpsilon);
 const std::vector<Spelling<WeightDecayMode>>& spellings(WeightDecayMode);
 const std::vector<Spelling<ScheduleKind>>& spellings(ScheduleKind);
+const std::vector<Spelling<KeepBest>>& spellings(KeepBest);
 
 [[noreturn]] void throw_missing_spelling(int value);
 

@@ -436,13 +436,21 @@ void check_images_fit_model(const ImageSet& set, int c, int h, int w) {
               set.images_path, set.rows, set.cols, c, h, w);
 }
 
-void hold_out_first(ImageSet& set, int n) {
+ImageSet split_off_first(ImageSet& set, int n) {
   MNIST_CHECK(n >= 0 && n <= set.count, "cannot hold out {} of {} images", n, set.count);
-  const std::size_t pixels = static_cast<std::size_t>(set.pixels_per_image());
-  set.pixels.erase(set.pixels.begin(),
-                   set.pixels.begin() + static_cast<std::ptrdiff_t>(n * pixels));
+  const auto pixels = static_cast<std::ptrdiff_t>(n) * set.pixels_per_image();
+  ImageSet first;
+  first.count = n;
+  first.rows = set.rows;
+  first.cols = set.cols;
+  first.images_path = set.images_path;
+  first.labels_path = set.labels_path;
+  first.pixels.assign(set.pixels.begin(), set.pixels.begin() + pixels);
+  first.labels.assign(set.labels.begin(), set.labels.begin() + n);
+  set.pixels.erase(set.pixels.begin(), set.pixels.begin() + pixels);
   set.labels.erase(set.labels.begin(), set.labels.begin() + n);
   set.count -= n;
+  return first;
 }
 
 Dataset load_dataset(const DataConfig& cfg, int num_classes) {
@@ -507,15 +515,13 @@ Dataset load_dataset(const DataConfig& cfg, int num_classes) {
                 ds.train.images_path, ds.train.rows, ds.train.cols, ds.test.images_path,
                 ds.test.rows, ds.test.cols);
   }
-  if (cfg.validation_size > 0) {
-    if (cfg.validation_size >= ds.train.count) {
-      MNIST_THROW(DataError,
-                  "data.validation_size is {} but '{}' holds {} images; it must leave at least one "
-                  "to train on",
-                  cfg.validation_size, ds.train.images_path, ds.train.count);
-    }
-    hold_out_first(ds.train, cfg.validation_size);
+  if (cfg.validation_size > 0 && cfg.validation_size >= ds.train.count) {
+    MNIST_THROW(DataError,
+                "data.validation_size is {} but '{}' holds {} images; it must leave at least one "
+                "to train on",
+                cfg.validation_size, ds.train.images_path, ds.train.count);
   }
+  ds.validation = split_off_first(ds.train, cfg.validation_size);
   ds.provenance = read_provenance(dir);
   return ds;
 }

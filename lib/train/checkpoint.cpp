@@ -46,6 +46,13 @@ const std::vector<std::string>& required_metadata() {
   return keys;
 }
 
+// The selection's keys, all written or none.
+const std::vector<std::string>& selection_metadata() {
+  static const std::vector<std::string> keys = {kMetaBestStep, kMetaBestAccuracy, kMetaBestLoss,
+                                                kMetaEvaluationsSinceBest, kMetaLastValidationStep};
+  return keys;
+}
+
 // Which CheckpointState vector a tensor lives in.
 enum class Buffer { params, state, moment1, moment2 };
 
@@ -164,9 +171,21 @@ void save_checkpoint(const std::string& path, const Model& model, const Experime
       {kMetaMathConfig, math_config_text(experiment)},
       {kMetaToolVersion, MNIST_VERSION},
       {kMetaDataSource, ckpt.data_source}};
+  const SelectionState& sel = ckpt.selection;
+  if (sel.best_step >= 0) {
+    // 17 significant digits: the doubles read back exactly, so a resumed run compares its
+    // evaluations against the very figure the uninterrupted run would have.
+    meta.emplace_back(kMetaBestStep, std::to_string(sel.best_step));
+    meta.emplace_back(kMetaBestAccuracy, fmt::format("{:.17g}", sel.best_accuracy));
+    meta.emplace_back(kMetaBestLoss, fmt::format("{:.17g}", sel.best_loss));
+    meta.emplace_back(kMetaEvaluationsSinceBest, std::to_string(sel.evaluations_since_best));
+    meta.emplace_back(kMetaLastValidationStep, std::to_string(sel.last_step));
+  }
   const auto& required = required_metadata();
+  const auto& selection = selection_metadata();
   for (const auto& [key, value] : ckpt.metadata) {
-    MNIST_CHECK(std::find(required.begin(), required.end(), key) == required.end(),
+    MNIST_CHECK(std::find(required.begin(), required.end(), key) == required.end() &&
+                    std::find(selection.begin(), selection.end(), key) == selection.end(),
                 "extra checkpoint metadata key '{}' is one the checkpoint writer sets itself", key);
     meta.emplace_back(key, value);
   }
@@ -214,6 +233,55 @@ struct Header {
   uint64_t file_size = 0, data_size = 0;
   CheckpointState ckpt;  // step, epoch, data_source and metadata filled
 };
+
+// A metadata number written with {:.17g}: finite, the whole text consumed.
+double parse_number(const std::string& path, const std::string& key, const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(v))
+    MNIST_THROW(DataError, "'{}': metadata '{}' is \"{}\", expected a finite number", path, key,
+                printable(text));
+  return v;
+}
+
+// The selection's metadata (all of it or none) as a SelectionState; best_step -1 when absent.
+SelectionState read_selection(const std::string& path,
+                              const std::map<std::string, std::string>& meta) {
+  SelectionState sel;
+  std::vector<std::string> present, absent;
+  for (const std::string& key : selection_metadata())
+    (meta.count(key) ? present : absent).push_back(key);
+  if (present.empty()) return sel;
+  if (!absent.empty())
+    MNIST_THROW(DataError,
+                "'{}': metadata has {} but lacks {}: the best checkpoint's state is written whole "
+                "(damaged, or edited)",
+                path, fmt::join(present, ", "), fmt::join(absent, ", "));
+  auto step = [&](const char* key) {
+    const uint64_t v = parse_u64(path, key, meta.at(key));
+    if (v > static_cast<uint64_t>(INT64_MAX))
+      MNIST_THROW(DataError, "'{}': metadata {} {} is out of range", path, key, v);
+    return static_cast<int64_t>(v);
+  };
+  sel.best_step = step(kMetaBestStep);
+  sel.last_step = step(kMetaLastValidationStep);
+  sel.best_accuracy = parse_number(path, kMetaBestAccuracy, meta.at(kMetaBestAccuracy));
+  sel.best_loss = parse_number(path, kMetaBestLoss, meta.at(kMetaBestLoss));
+  const int64_t since = step(kMetaEvaluationsSinceBest);
+  if (since > INT32_MAX || sel.last_step < sel.best_step)
+    MNIST_THROW(DataError,
+                "'{}': metadata {} {} with {} {} and {} {} do not describe a selection (the last "
+                "evaluation comes at or after the best)",
+                path, kMetaEvaluationsSinceBest, since, kMetaBestStep, sel.best_step,
+                kMetaLastValidationStep, sel.last_step);
+  sel.evaluations_since_best = static_cast<int>(since);
+  return sel;
+}
 
 Header read_header(const std::string& path) {
   // A regular file only: a FIFO left where a checkpoint should be is refused, not waited on.
@@ -303,6 +371,7 @@ Header read_header(const std::string& path) {
                 "is {}): the metadata was edited or damaged",
                 path, ckpt.metadata[kMetaConfigHash], expected_hash);
   ckpt.data_source = ckpt.metadata[kMetaDataSource];
+  ckpt.selection = read_selection(path, ckpt.metadata);
 
   h.root = root;
   h.file_size = file_size;
@@ -481,6 +550,8 @@ void check_resume_compatible(const CheckpointState& ckpt, const Experiment& expe
 // ---- the folder -------------------------------------------------------------------------------
 
 namespace {
+constexpr const char* kBestName = "best.safetensors";
+
 // "step-000123.safetensors" -> 123; -1 for any other name.
 int64_t step_of(const std::string& filename) {
   static const std::string prefix = "step-", suffix = ".safetensors";
@@ -506,12 +577,14 @@ CheckpointDirectory::CheckpointDirectory(const std::string& run_dir, int keep,
   fs::create_directories(dir_, ec);
   if (ec)
     MNIST_THROW(RuntimeError, "cannot create the checkpoint folder '{}': {}", dir_, ec.message());
-  // A writer killed mid-write leaves ".step-N.safetensors.tmp.<pid>"; never a final name.
+  // A writer killed mid-write leaves ".step-N.safetensors.tmp.<pid>" (or
+  // ".best.safetensors.tmp.<pid>"); never a final name.
   // Collected first: removing entries while iterating a directory is unspecified behaviour.
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(".step-", 0) == 0 && name.find(".safetensors.tmp.") != std::string::npos)
+    if ((name.rfind(".step-", 0) == 0 || name.rfind(std::string(".") + kBestName, 0) == 0) &&
+        name.find(".safetensors.tmp.") != std::string::npos)
       stale.push_back(entry.path());
   }
   for (const fs::path& p : stale) {
@@ -522,6 +595,17 @@ CheckpointDirectory::CheckpointDirectory(const std::string& run_dir, int keep,
 
 std::string CheckpointDirectory::path_for(int64_t step) const {
   return (fs::path(dir_) / fmt::format("step-{:06d}.safetensors", step)).string();
+}
+
+std::string CheckpointDirectory::best_path() const {
+  return (fs::path(dir_) / kBestName).string();
+}
+
+std::string CheckpointDirectory::save_best(const Model& model, const Experiment& experiment,
+                                           const CheckpointState& ckpt) {
+  const std::string path = best_path();
+  save_checkpoint(path, model, experiment, ckpt);
+  return path;
 }
 
 std::vector<std::string> CheckpointDirectory::list() const {

@@ -49,6 +49,14 @@ inline constexpr const char* kMetaMathConfig = "math_config";    // math_config_
 inline constexpr const char* kMetaToolVersion = "tool_version";  // MNIST_VERSION
 inline constexpr const char* kMetaDataSource = "data_source";    // Dataset::provenance (may be "")
 
+// The selection's state (CheckpointState::selection, train/selection.hpp), written when it holds a
+// best (best_step >= 0) and read back into it; all five or none. Numbers in decimal, exact.
+inline constexpr const char* kMetaBestStep = "best_step";
+inline constexpr const char* kMetaBestAccuracy = "best_validation_accuracy";
+inline constexpr const char* kMetaBestLoss = "best_validation_loss";
+inline constexpr const char* kMetaEvaluationsSinceBest = "evaluations_since_best";
+inline constexpr const char* kMetaLastValidationStep = "last_validation_step";
+
 inline constexpr const char* kCheckpointFormatVersion = "1";
 // The sampler's position is a pure function of (seed, step): recording the step is enough to
 // resume the data order exactly, as long as the sampler algorithm is this one.
@@ -87,6 +95,8 @@ void check_resume_compatible(const CheckpointState& ckpt, const Experiment& expe
 // ---- the run directory's checkpoints ----------------------------------------------------------
 
 // <run_dir>/checkpoints/step-<step, at least 6 digits>.safetensors; keeps the newest `keep`.
+// Beside them best.safetensors, the best checkpoint by the validation metric (train.keep_best):
+// never counted among the `keep`, never resumed from.
 class CheckpointDirectory {
  public:
   // Creates the folder if needed and removes temporary files a crashed writer left behind.
@@ -96,9 +106,13 @@ class CheckpointDirectory {
 
   const std::string& dir() const { return dir_; }
   std::string path_for(int64_t step) const;
+  std::string best_path() const;  // <run_dir>/checkpoints/best.safetensors
 
   // Saves atomically, then deletes the oldest checkpoints beyond `keep`. Returns the path written.
   std::string save(const Model& model, const Experiment& experiment, const CheckpointState& ckpt);
+  // Saves `ckpt` atomically as best_path(), replacing the previous best. Returns the path.
+  std::string save_best(const Model& model, const Experiment& experiment,
+                        const CheckpointState& ckpt);
 
   // Final-named checkpoint files, oldest (lowest step) first.
   std::vector<std::string> list() const;

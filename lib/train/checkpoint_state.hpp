@@ -10,6 +10,17 @@
 
 namespace mnist {
 
+// Where the choice of the best checkpoint stands (train.keep_best, train.patience,
+// train/selection.hpp): what a resumed run needs to go on judging its validation evaluations as
+// the uninterrupted run would have. Saved in a checkpoint's metadata; best_step -1 (nothing
+// judged yet, or a run that keeps no best) writes nothing.
+struct SelectionState {
+  int64_t best_step = -1;                   // steps completed at the best evaluation so far
+  double best_accuracy = 0, best_loss = 0;  // its validation accuracy and loss
+  int evaluations_since_best = 0;           // evaluations judged after it that did not improve
+  int64_t last_step = -1;                   // the step of the last evaluation judged
+};
+
 // Everything a resume needs. Vectors are host copies of the replica's flat buffers.
 struct CheckpointState {
   int64_t step = 0;            // steps completed: training resumes with step `step` (0-based)
@@ -19,6 +30,7 @@ struct CheckpointState {
   std::vector<float> state;    // [model.state_count()]
   std::vector<float> moment1;  // [model.param_count()]: Adam m, or SGD velocity
   std::vector<float> moment2;  // [model.param_count()] for Adam; empty for SGD
+  SelectionState selection;    // the trainer's (Trainer::snapshot); a worker leaves it as is
   // save: extra keys to record besides the required ones (a required key here is an error).
   // load: every metadata key of the file, required ones included.
   std::map<std::string, std::string> metadata;

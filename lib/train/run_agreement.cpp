@@ -37,9 +37,11 @@ void check_same_run(ProcessGroup& group, const Experiment& experiment, const Dat
   shared.source_path.clear();
   const std::string yaml = to_yaml(shared);
   const std::string config_hash = fmt::format("{:016x}", fnv1a(yaml));
-  const std::string data_hash =
-      fmt::format("{} train / {} test images, hash {:016x}", data.train.count, data.test.count,
-                  hash_images(data.test, hash_images(data.train, kFnv1aOffsetBasis)));
+  const std::string data_hash = fmt::format(
+      "{} train / {} validation / {} test images, hash {:016x}", data.train.count,
+      data.validation.count, data.test.count,
+      hash_images(data.test,
+                  hash_images(data.validation, hash_images(data.train, kFnv1aOffsetBasis))));
   const std::vector<std::string> hosts = group.all_gather_strings(group.host());
   const std::vector<std::string> configs = group.all_gather_strings(config_hash);
   const std::vector<std::string> datas = group.all_gather_strings(data_hash);

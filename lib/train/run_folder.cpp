@@ -18,14 +18,14 @@ namespace fs = std::filesystem;
 namespace {
 
 // Whether `name`, in a folder a run writes, is a run's own: "config.yaml", "metrics.jsonl",
-// "summary.json" and "tb" at the top (run_log.cpp, session.cpp), "step-N.safetensors" under
-// "checkpoints" (checkpoint.cpp), and the temporary files of atomic writes
+// "summary.json" and "tb" at the top (run_log.cpp, session.cpp), "step-N.safetensors" and
+// "best.safetensors" under "checkpoints" (checkpoint.cpp), and the temporary files of atomic writes
 // (".step-N.safetensors.tmp.<pid>", core/atomic_file.cpp) in either.
 bool written_by_a_run(const std::string& name, bool in_checkpoints) {
   auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
   auto has = [&](const char* p) { return name.find(p) != std::string::npos; };
   if (starts(".") && has(".tmp.")) return true;
-  if (in_checkpoints) return starts("step-") && has(".safetensors");
+  if (in_checkpoints) return (starts("step-") && has(".safetensors")) || name == "best.safetensors";
   return name == "config.yaml" || name == "metrics.jsonl" || name == "summary.json" ||
          name == "tb" || name == "checkpoints";
 }

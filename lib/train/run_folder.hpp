@@ -35,8 +35,9 @@ class RunFolderLock {
 //              of its entries, --resume and --overwrite), except what a run refused before its
 //              first step leaves (config.yaml, an empty metrics.jsonl, an empty checkpoints/);
 //   overwrite: removes the files a run writes (config.yaml, metrics.jsonl, summary.json,
-//              checkpoints/step-N.safetensors, temporary files, tb/), and refuses a folder holding
-//              anything else rather than delete what another program put there;
+//              checkpoints/step-N.safetensors and best.safetensors, temporary files, tb/), and
+//              refuses a folder holding anything else rather than delete what another program put
+//              there;
 //   resume:    leaves it as it is.
 void prepare_run_dir(const std::string& dir, RunStart start);
 

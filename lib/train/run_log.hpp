@@ -22,6 +22,8 @@ class RunLog : public RunObserver {
 
   void on_step(const StepRecord& r) override;
   void on_eval(const EvalRecord& r) override;
+  // The line that says the run stopped early (train.patience), when it did.
+  void early_stop(const TrainSummary& s, int64_t total_steps);
   // Writes summary.json and prints the final lines.
   void finish(const TrainSummary& s, const std::string& devices, const std::string& data_source);
   const std::string& dir() const { return dir_; }

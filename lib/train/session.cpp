@@ -59,15 +59,21 @@ std::shared_ptr<const Dataset> load_run_data(const Experiment& experiment, const
   auto shared_data =
       std::make_shared<const Dataset>(load_dataset(experiment.data, experiment.model.classes));
   const Dataset& data = *shared_data;
-  log.info("data: {} ({} train / {} test images of {}x{}, read in {:.2f} s){}", data.name,
-           data.train.count, data.test.count, data.train.rows, data.train.cols,
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
-           data.provenance.empty() ? "" : "; source: " + data.provenance);
+  log.info(
+      "data: {} ({} train{} / {} test images of {}x{}, read in {:.2f} s){}", data.name,
+      data.train.count,
+      data.validation.count > 0
+          ? fmt::format(" / {} validation (held out of the training files)", data.validation.count)
+          : "",
+      data.test.count, data.train.rows, data.train.cols,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
+      data.provenance.empty() ? "" : "; source: " + data.provenance);
   const ModelConfig& input = experiment.model;
   check_images_fit_model(data.train, input.input_c, input.input_h, input.input_w);
   check_images_fit_model(data.test, input.input_c, input.input_h, input.input_w);
   check_training_memory(experiment, model, devices, group.size(),
                         data.train.pixels.size() + data.train.labels.size() +
+                            data.validation.pixels.size() + data.validation.labels.size() +
                             data.test.pixels.size() + data.test.labels.size());
   if (!devices.note.empty()) log.info("{}", devices.note);
   if (group.size() > 1) {
@@ -136,6 +142,58 @@ std::function<int()> agreed_stop_request(ProcessGroup& group, std::function<int(
   };
 }
 
+// A resumed run's best checkpoint is the one its selection names: the file of the best step. A
+// file of another step (written after the checkpoint resumed from, by a run that then went
+// elsewhere) is replaced at the next improvement; until then the summary cannot vouch for it.
+void check_best_file(const SelectionState& selection, const CheckpointDirectory& checkpoints,
+                     spdlog::logger& log) {
+  if (selection.best_step < 0) return;
+  const std::string path = checkpoints.best_path();
+  try {
+    const CheckpointState best = read_checkpoint_metadata(path);
+    if (best.step != selection.best_step)
+      log.warn(
+          "{} holds step {}, but the run resumed chose step {} as its best so far; it is "
+          "replaced at the next improvement",
+          path, best.step, selection.best_step);
+  } catch (const Error& e) {
+    log.warn(
+        "the best checkpoint (step {}) cannot be read: {}; it is written again at the next "
+        "improvement",
+        selection.best_step, e.what());
+  }
+}
+
+// The test set on the best checkpoint, read back from its file (the one a user gets): the same
+// evaluation as the final one, on every rank. nullopt, with a warning, when it cannot be read or
+// holds another step than the selection's best (check_best_file).
+std::optional<EvalRecord> evaluate_best(Trainer& trainer, const TrainSummary& summary,
+                                        const CheckpointDirectory& checkpoints, const Model& model,
+                                        spdlog::logger& log) {
+  const int64_t best_step = summary.selection.best_step;
+  EvalRecord r;
+  if (best_step == summary.steps) {
+    r = summary.final_eval;  // the final parameters are the best
+  } else {
+    CheckpointState best;
+    try {
+      best = load_checkpoint(checkpoints.best_path(), model);
+    } catch (const DataError& e) {
+      log.warn("no test figures for the best checkpoint: {}", e.what());
+      return std::nullopt;
+    }
+    if (best.step != best_step) {
+      log.warn("no test figures for the best checkpoint: {} holds step {}, not the best step {}",
+               checkpoints.best_path(), best.step, best_step);
+      return std::nullopt;
+    }
+    trainer.restore(best);
+    r = trainer.evaluate(EvalSplit::test);
+  }
+  r.of_best = true;
+  return r;
+}
+
 }  // namespace
 
 SessionResult run_session(const Experiment& experiment, const Model& model,
@@ -176,6 +234,15 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
     result.checkpoint = save(*trainer_ptr);
     if (rank0) log->info("checkpoint {}", result.checkpoint);
   };
+  // The best checkpoint, replaced atomically as the others are written; every rank waits for it.
+  trainer_options.on_best = [&](int64_t) {
+    CheckpointState snapshot = trainer_ptr->snapshot();
+    if (rank0) {
+      describe_checkpoint(snapshot, *trainer_ptr, data, replicas);
+      checkpoints.save_best(model, experiment, snapshot);
+    }
+    group.barrier();
+  };
   const std::shared_ptr<Communicator> comm = make_communicator(devices, &group);
   Trainer trainer(experiment, model, shared_data, devices.factory(), devices.workers(), comm,
                   group.rank() * devices.workers(), trainer_options);
@@ -190,6 +257,7 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
     check_resume_fits_plan(*resume, plan, options.force_resume);
     trainer.restore(resume->state);
     log->info("resumed from {} at step {}", resume->path, resume->state.step);
+    check_best_file(resume->state.selection, checkpoints, *log);
   }
 
   std::vector<RunObserver*> observers{&run_log};
@@ -204,6 +272,7 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
   RunObservers all(observers);
   result.summary = trainer.run(all);
   if (options.progress) options.progress->finish();
+  run_log.early_stop(result.summary, plan.steps);
   result.checkpoint = save(trainer);
   if (result.summary.stop_reason != kNoStop) {
     result.outcome = result.summary.stop_reason == kStopRequeue ? SessionOutcome::requeue
@@ -216,6 +285,10 @@ SessionResult run_session(const Experiment& experiment, const Model& model,
     return result;
   }
   if (rank0) log->info("checkpoint {}", result.checkpoint);
+  if (result.summary.selection.best_step >= 0) {
+    result.summary.best_test = evaluate_best(trainer, result.summary, checkpoints, model, *log);
+    if (result.summary.best_test) all.on_eval(*result.summary.best_test);
+  }
   run_log.finish(result.summary, trainer.device_names(), data.provenance);
   return result;
 }

@@ -130,6 +130,14 @@ void TensorBoardWriter::on_step(const StepRecord& r) {
 }
 
 void TensorBoardWriter::on_eval(const EvalRecord& r) {
+  // The best checkpoint's test figures belong to an earlier step than the curve has reached: they
+  // are in summary.json, not on the test curve.
+  if (r.of_best) return;
+  if (r.split == EvalSplit::validation) {
+    write(r.step, {{"validation/loss", static_cast<float>(r.loss)},
+                   {"validation/accuracy", static_cast<float>(r.accuracy)}});
+    return;
+  }
   write(r.step, {{"eval/loss", static_cast<float>(r.loss)},
                  {"eval/accuracy", static_cast<float>(r.accuracy)}});
 }

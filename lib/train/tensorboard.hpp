@@ -1,7 +1,8 @@
 #pragma once
 // TensorBoard event files for `output.tensorboard: true`:
 // RUN_DIR/tb/events.out.tfevents.<time>.<host> with scalar summaries train/loss, train/accuracy,
-// lr, samples_per_second (every logged step) and eval/loss, eval/accuracy (every evaluation), so
+// lr, samples_per_second (every logged step), eval/loss, eval/accuracy (every evaluation of the
+// test set) and validation/loss, validation/accuracy (of the validation split), so
 // `tensorboard --logdir runs/` shows a run as it trains.
 //
 // The file is a TFRecord stream: each record is

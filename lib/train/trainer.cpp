@@ -57,6 +57,7 @@ struct Trainer::Shared {
   int job = kNone;
   int64_t job_step = 0;
   bool want_metrics = false;
+  EvalSplit eval_split = EvalSplit::test;
   double lr = 0;
   int done = 0;
   bool failed = false;
@@ -82,7 +83,9 @@ Trainer::Trainer(const Experiment& experiment, const Model& model,
                               comm ? comm->global_size() : 0)),
       plan_(inputs_->plan),
       local_workers_(local_workers),
+      selection_(experiment.train.keep_best, experiment.train.patience),
       shared_(std::make_shared<Shared>()) {
+  last_validation_.step = -1;
   MNIST_CHECK(local_workers >= 1, "need at least one worker, got {}", local_workers);
   MNIST_CHECK(inputs_->comm, "a trainer needs a communicator");
   MNIST_CHECK(inputs_->comm->local_size() == local_workers,
@@ -199,6 +202,7 @@ void Trainer::worker_main(std::shared_ptr<Shared> keep, int k) {
       int job;
       bool want_metrics;
       double lr;
+      EvalSplit split;
       {
         std::unique_lock<std::mutex> lock(sh.mutex);
         sh.work_cv.wait(lock, [&] { return sh.job_id != seen_job; });
@@ -207,6 +211,7 @@ void Trainer::worker_main(std::shared_ptr<Shared> keep, int k) {
         step = sh.job_step;
         want_metrics = sh.want_metrics;
         lr = sh.lr;
+        split = sh.eval_split;
       }
       if (job == kStop) break;
       if (job == kTrain) {
@@ -216,7 +221,7 @@ void Trainer::worker_main(std::shared_ptr<Shared> keep, int k) {
         enter(Phase::reduce);
         worker.average_state();
       } else if (job == kEvaluate) {
-        worker.evaluate(enter);
+        worker.evaluate(split, enter);
         if (k == 0) worker.metrics(sh.metrics);
       } else if (job == kFetch) {
         if (k == 0) sh.transfer = worker.snapshot();
@@ -295,11 +300,16 @@ void Trainer::check_replicas_agree() {
               next_step_, differing, sums[0], agreed_step_, inputs_->comm->name(), agreed_step_);
 }
 
-EvalRecord Trainer::evaluate() {
+EvalRecord Trainer::evaluate(EvalSplit split) {
   if (inputs_->experiment.train.batch_norm == BatchNormMode::local) dispatch(kAverageState);
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->eval_split = split;
+  }
   dispatch(kEvaluate);
   const Shared& sh = *shared_;
   EvalRecord r;
+  r.split = split;
   r.step = next_step_;
   r.samples = static_cast<int64_t>(sh.metrics[kSamples]);
   r.loss = sh.metrics[kLossSum] / std::max(1.0f, sh.metrics[kSamples]);
@@ -307,17 +317,37 @@ EvalRecord Trainer::evaluate() {
   return r;
 }
 
+bool Trainer::validate(RunObserver& observer) {
+  EvalRecord r = evaluate(EvalSplit::validation);
+  r.improved = selection_.judge(r.step, r.loss, r.accuracy);
+  r.best_step = selection_.state().best_step;
+  r.evaluations_since_best = selection_.state().evaluations_since_best;
+  // The best checkpoint is on disk before the evaluation that chose it is reported.
+  if (r.improved && shared_->options.on_best) shared_->options.on_best(r.step);
+  observer.on_eval(r);
+  last_validation_ = r;
+  return selection_.patience_exhausted();
+}
+
 TrainSummary Trainer::run(RunObserver& observer) {
   Shared& sh = *shared_;
   const TrainConfig& tc = inputs_->experiment.train;
   TrainSummary summary;
   summary.global_batch = plan_.global_batch;
+  // With a validation split the evaluations during training are of it, and the test set is left
+  // for the end: choosing anything (a step, a run) on the test set would make its figure
+  // optimistic.
+  const bool validation = inputs_->data->validation.count > 0;
+  summary.has_validation = validation;
+  summary.keep_best = selection_.metric();
+  // A run resumed after it stopped early (its patience spent) stops again at once.
+  bool stopped_early = validation && selection_.patience_exhausted();
   double train_seconds = 0, compute_ms = 0, comm_ms = 0, wait_ms = 0;
   const int64_t first_step = next_step_;
   int64_t window_steps = 0;
   auto window_start = Clock::now();
   const auto run_start = window_start;
-  while (next_step_ < plan_.steps) {
+  while (!stopped_early && next_step_ < plan_.steps) {
     const int64_t s = next_step_;
     const bool log = tc.log_every > 0 && ((s + 1) % tc.log_every == 0 || s + 1 == plan_.steps);
     const auto t0 = Clock::now();
@@ -368,8 +398,13 @@ TrainSummary Trainer::run(RunObserver& observer) {
                              std::max(p.elapsed_seconds, 1e-9);
       observer.on_progress(p);
     }
-    if (tc.eval_every > 0 && next_step_ % tc.eval_every == 0 && next_step_ < plan_.steps)
-      observer.on_eval(evaluate());
+    if (tc.eval_every > 0 && next_step_ % tc.eval_every == 0 && next_step_ < plan_.steps) {
+      if (validation)
+        stopped_early = validate(observer);
+      else
+        observer.on_eval(evaluate());
+    }
+    if (stopped_early) break;  // the caller saves the final state, as at the last step
     const TrainerOptions& options = sh.options;
     if (options.on_checkpoint && options.checkpoint_every > 0 &&
         next_step_ % options.checkpoint_every == 0 && next_step_ < plan_.steps)
@@ -384,10 +419,17 @@ TrainSummary Trainer::run(RunObserver& observer) {
   summary.wall_seconds = train_seconds;
   summary.samples_per_second = (next_step_ - first_step) * static_cast<double>(plan_.global_batch) /
                                std::max(train_seconds, 1e-9);
+  summary.stopped_early = stopped_early;
   if (summary.stop_reason == 0) {
+    if (validation) {
+      // The final parameters are a candidate too, unless this step was evaluated just now.
+      if (last_validation_.step != next_step_) validate(observer);
+      summary.final_validation = last_validation_;
+    }
     summary.final_eval = evaluate();
     observer.on_eval(summary.final_eval);
   }
+  summary.selection = selection_.state();
   return summary;
 }
 
@@ -408,6 +450,7 @@ CheckpointState Trainer::snapshot() {
   CheckpointState s = std::move(shared_->transfer);
   shared_->transfer = {};
   s.step = next_step_;
+  s.selection = selection_.state();
   return s;
 }
 
@@ -426,6 +469,7 @@ void Trainer::restore(const CheckpointState& s) {
   shared_->transfer = {};
   next_step_ = s.step;
   agreed_step_ = s.step;
+  selection_.restore(s.selection);
 }
 
 }  // namespace mnist

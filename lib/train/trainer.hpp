@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
 #include "model/model.hpp"
+#include "train/selection.hpp"
 #include "train/worker.hpp"
 
 namespace mnist {
@@ -48,10 +50,19 @@ struct StepRecord {
   double wait_ms = 0;
 };
 
+// Figures of one evaluation (evaluation mode, over every replica's shard of the split).
 struct EvalRecord {
-  int64_t step = 0;
+  int64_t step = 0;  // steps completed by the parameters evaluated
   double loss = 0, accuracy = 0;
   int64_t samples = 0;
+  EvalSplit split = EvalSplit::test;
+  // validation, judged by train.keep_best (train/selection.hpp): whether it improved on the best
+  // so far, and where the best stands after it (best_step -1: no best kept).
+  bool improved = false;
+  int64_t best_step = -1;
+  int evaluations_since_best = 0;
+  // test: the figures of the best checkpoint (at `step`), not of the parameters trained last.
+  bool of_best = false;
 };
 
 // Where the run stands after every step (logged or not): what a live progress display needs.
@@ -70,8 +81,19 @@ struct TrainSummary {
   double wall_seconds = 0;        // the steps this process ran only (setup, evaluation excluded)
   double samples_per_second = 0;  // (steps - first_step) * global batch / wall_seconds
   StepRecord last_step;
-  EvalRecord final_eval;  // not filled when the run stopped early
-  int stop_reason = 0;    // non-zero: TrainerOptions::stop_requested ended the run at `steps`
+  // The test set on the final parameters; not filled when a stop request ended the run.
+  EvalRecord final_eval;
+  int stop_reason = 0;  // non-zero: TrainerOptions::stop_requested ended the run at `steps`
+  // With a validation split (data.validation_size > 0); the evaluations are not filled when a
+  // stop request ended the run.
+  bool has_validation = false;
+  EvalRecord final_validation;  // the validation split on the final parameters
+  KeepBest keep_best = KeepBest::none;
+  SelectionState selection;    // the best evaluation by keep_best (best_step -1: none kept)
+  bool stopped_early = false;  // train.patience evaluations without improvement ended the run
+  // The test set on the best checkpoint: filled by the caller that saved it (run_session), nullopt
+  // when none was kept or it could not be read back.
+  std::optional<EvalRecord> best_test;
 };
 
 class RunObserver {
@@ -114,6 +136,10 @@ struct TrainerOptions {
   // (and not after the last step: the caller saves the final state itself).
   int64_t checkpoint_every = 0;
   std::function<void(int64_t step)> on_checkpoint;
+  // Called by the coordinator, between steps, after an evaluation of the validation split that
+  // improved on the best so far (train.keep_best): the caller saves the best checkpoint
+  // (snapshot() holds the parameters just evaluated). Called before the evaluation is reported.
+  std::function<void(int64_t step)> on_best;
 };
 
 class Trainer {
@@ -130,12 +156,17 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Trains plan().steps steps from the current step, logging and evaluating as configured.
+  // Trains plan().steps steps from the current step, logging and evaluating as configured: every
+  // train.eval_every steps the validation split when the dataset has one (judged by
+  // train.keep_best; train.patience evaluations without improvement stop the run early, as does a
+  // restored selection whose patience is spent), else the test set. At the end (unless a stop
+  // request ended the run) the validation split, judged too, then the test set.
   TrainSummary run(RunObserver& observer);
   // Runs one step (no logging); returns nothing. For tests and benchmarks.
   void step();
-  // Test-set loss and accuracy in evaluation mode, over all replicas' shards.
-  EvalRecord evaluate();
+  // Loss and accuracy of `split` in evaluation mode, over all replicas' shards (not judged).
+  EvalRecord evaluate(EvalSplit split = EvalSplit::test);
+  const Selection& selection() const { return selection_; }
 
   const BatchPlan& plan() const { return plan_; }
   int64_t current_step() const { return next_step_; }
@@ -151,17 +182,20 @@ class Trainer {
   // The tensors of a checkpoint (train/checkpoint.hpp's CheckpointState, the one type for what a
   // checkpoint holds), once check_replicas_agree() passed: parameters, batch-norm running
   // statistics (averaged over the replicas first with local batch norm), optimizer moments (moment2
-  // for Adam only); `step` = steps completed. Epoch, data source and metadata are left for the
-  // caller.
+  // for Adam only), the selection's state; `step` = steps completed. Epoch, data source and
+  // metadata are left for the caller.
   CheckpointState snapshot();
-  // Loads a checkpoint's tensors into every replica and continues from its step. Sizes must match
-  // the model and optimizer (moment2 may be empty: zeros).
+  // Loads a checkpoint's tensors and selection state into every replica and continues from its
+  // step. Sizes must match the model and optimizer (moment2 may be empty: zeros).
   void restore(const CheckpointState& checkpoint);
 
  private:
   struct Shared;
   void dispatch(int job);
   void train_step(bool want_metrics);
+  // Evaluates the validation split, judges it, calls on_best when it improved, reports it; true
+  // when early stopping is due.
+  bool validate(RunObserver& observer);
   static void worker_main(std::shared_ptr<Shared> shared, int k);
 
   std::shared_ptr<const RunInputs> inputs_;
@@ -169,6 +203,8 @@ class Trainer {
   int local_workers_;
   int64_t next_step_ = 0;
   int64_t agreed_step_ = 0;  // the last step check_replicas_agree() passed (or the restored one)
+  Selection selection_;
+  EvalRecord last_validation_;  // this process's last validation evaluation (step -1: none)
   std::shared_ptr<Shared> shared_;
 };
 

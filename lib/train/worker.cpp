@@ -196,6 +196,7 @@ Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend>
   slice_lo_ = in.plan.slice_begin[replica_index];
   slice_n_ = in.plan.slice_begin[replica_index + 1] - slice_lo_;
   check_labels(data.train, "training", in.model.classes());
+  check_labels(data.validation, "validation", in.model.classes());
   check_labels(data.test, "test", in.model.classes());
 
   replica_ = std::make_unique<Replica>(in.model, be, std::max({slice_n_, e.train.eval_batch, 1}));
@@ -204,6 +205,8 @@ Worker::Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend>
   train_labels_ = upload(be, data.train.labels);
   test_pixels_ = upload(be, data.test.pixels);
   test_labels_ = upload(be, data.test.labels);
+  validation_pixels_ = upload(be, data.validation.pixels);
+  validation_labels_ = upload(be, data.validation.labels);
   indices_ = DeviceBuffer<int32_t>(be, replica_->max_batch());
   host_indices_.resize(replica_->max_batch());
   if (e.data.random_shift > 0 && slice_n_ > 0) {
@@ -535,15 +538,15 @@ void Worker::average_state() {
   backend_->scale(n, 1.0f / replicas, replica_->state());
 }
 
-void Worker::evaluate(const PhaseCallback& on_phase) {
+void Worker::evaluate(EvalSplit split, const PhaseCallback& on_phase) {
   if (on_phase) on_phase(Phase::evaluate);
-  const ImageSet& test = inputs_->data->test;
+  const ImageSet& images = inputs_->data->split(split);
   replica_->reset_metrics();
-  const int lo = slice_begin(test.count, inputs_->replicas, replica_index_);
-  const int hi = slice_begin(test.count, inputs_->replicas, replica_index_ + 1);
+  const int lo = slice_begin(images.count, inputs_->replicas, replica_index_);
+  const int hi = slice_begin(images.count, inputs_->replicas, replica_index_ + 1);
   for (int begin = lo; begin < hi; begin += replica_->max_batch()) {
     const int n = std::min(replica_->max_batch(), hi - begin);
-    gather_test(begin, n);
+    gather_eval(split, begin, n);
     replica_->forward_loss(pass_);
   }
   if (on_phase) on_phase(Phase::reduce);
@@ -552,19 +555,21 @@ void Worker::evaluate(const PhaseCallback& on_phase) {
 }
 
 const float* Worker::test_logits(int begin, int n) {
-  gather_test(begin, n);
+  gather_eval(EvalSplit::test, begin, n);
   return replica_->forward_logits(pass_);
 }
 
-void Worker::gather_test(int begin, int n) {
-  const ImageSet& test = inputs_->data->test;
-  MNIST_CHECK(n >= 1 && n <= replica_->max_batch() && begin >= 0 && begin + n <= test.count,
-              "test images [{}, {}) outside the set of {} or beyond the batch of {}", begin,
-              begin + n, test.count, replica_->max_batch());
+void Worker::gather_eval(EvalSplit split, int begin, int n) {
+  const ImageSet& images = inputs_->data->split(split);
+  MNIST_CHECK(n >= 1 && n <= replica_->max_batch() && begin >= 0 && begin + n <= images.count,
+              "{} images [{}, {}) outside the set of {} or beyond the batch of {}",
+              to_string(split), begin, begin + n, images.count, replica_->max_batch());
   for (int i = 0; i < n; ++i) host_indices_[i] = begin + i;
   backend_->copy_to_device(indices_.data(), host_indices_.data(), sizeof(int32_t) * n);
-  backend_->gather_batch(resident_batch(test_pixels_.data(), test_labels_.data(),
-                                        test.pixels_per_image(), indices_.data()),
+  const bool test = split == EvalSplit::test;
+  backend_->gather_batch(resident_batch(test ? test_pixels_.data() : validation_pixels_.data(),
+                                        test ? test_labels_.data() : validation_labels_.data(),
+                                        images.pixels_per_image(), indices_.data()),
                          n);
   pass_.n = n;
   pass_.training = false;

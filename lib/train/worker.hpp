@@ -116,13 +116,13 @@ struct StepTimes {
 
 class Worker {
  public:
-  // Set-up: the replica sized for the larger of its slice and train.eval_batch, the dataset copied
-  // to the device once (its labels checked against the model's classes first: a label out of range
-  // is a DataError, whatever the backend), the initial parameters Model::initial_params(seed) and
-  // state; with several replicas, one all-reduce of known values proves the transport sums right
-  // (check_communicator_sums). `local_rank`: index among this process's workers (the
-  // communicator's); `replica_index`: index among all replicas (the batch slice, the test-set
-  // shard).
+  // Set-up: the replica sized for the larger of its slice and train.eval_batch, the dataset (its
+  // three splits) copied to the device once (its labels checked against the model's classes first:
+  // a label out of range is a DataError, whatever the backend), the initial parameters
+  // Model::initial_params(seed) and state; with several replicas, one all-reduce of known values
+  // proves the transport sums right (check_communicator_sums). `local_rank`: index among this
+  // process's workers (the communicator's); `replica_index`: index among all replicas (the batch
+  // slice, the test-set shard).
   Worker(std::shared_ptr<const RunInputs> inputs, std::unique_ptr<Backend> backend, int local_rank,
          int replica_index);
   ~Worker();
@@ -145,9 +145,10 @@ class Worker {
   // ---- around the steps ---------------------------------------------------------------------
   // Local batch norm: the running statistics replaced by their mean over the replicas.
   void average_state();
-  // Loss and accuracy sums of this replica's shard of the test set, summed over all replicas into
-  // the metric slots (read them with metrics()).
-  void evaluate(const PhaseCallback& on_phase = nullptr);
+  // Loss and accuracy sums of this replica's shard of `split` (the test set or the validation
+  // split: contiguous, as even as slice_begin makes them), summed over all replicas into the
+  // metric slots (read them with metrics()).
+  void evaluate(EvalSplit split, const PhaseCallback& on_phase = nullptr);
   // Evaluation-mode logits [n, classes] of test images [begin, begin + n), n <= max_batch()
   // (device pointer, valid until the next pass).
   const float* test_logits(int begin, int n);
@@ -201,8 +202,9 @@ class Worker {
                              const int32_t* indices) const;
   // This worker's slice of step `step`'s global batch (valid until the next call).
   const int32_t* slice_of(int64_t step);
-  // Test images [begin, begin + n) into the replica's input, and the pass set to evaluation mode.
-  void gather_test(int begin, int n);
+  // Images [begin, begin + n) of `split` into the replica's input, and the pass set to evaluation
+  // mode.
+  void gather_eval(EvalSplit split, int begin, int n);
 
   std::shared_ptr<const RunInputs> inputs_;
   std::unique_ptr<Backend> backend_;
@@ -210,6 +212,7 @@ class Worker {
   int slice_lo_ = 0, slice_n_ = 0;
   std::unique_ptr<Replica> replica_;
   DeviceBuffer<uint8_t> train_pixels_, train_labels_, test_pixels_, test_labels_;
+  DeviceBuffer<uint8_t> validation_pixels_, validation_labels_;  // empty without a validation split
   DeviceBuffer<int32_t> indices_;
   std::vector<int32_t> host_indices_;
   std::unique_ptr<BatchSource> batches_;

@@ -33,7 +33,11 @@ struct HeadCase {
 TEST_CASE("dense_softmax_cross_entropy matches the chain of CPU ops", "[gpu][fused][dense_head]") {
   Backend& g = gpu("fused");
   const std::vector<HeadCase> cases{
-      {100, 10, kSizes},           // the seed network's head
+      // The seed network's head, on kSizes and on the grids of the cross-block sum: 1000 rows
+      // take 125 blocks (7 groups of 16 and a short one of 13), 1024 take 128 (8 groups), 4096
+      // the most (256 blocks, 16 groups, 2 rows a warp) and 2049 a grid whose warps do not all
+      // take the same number of rows.
+      {100, 10, {1, 7, 33, 255, 257, 1000, 1024, 2049, 4096}},
       {37, 3, {1, 7, 33, 257}},    // odd sizes: lanes without inputs
       {128, 16, {1, 7, 33, 257}},  // the largest the fused kernel takes
       {64, 11, {7, 33}},           // one class past the kernel compiled for 10: the wider one

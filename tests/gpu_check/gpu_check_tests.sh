@@ -196,13 +196,17 @@ case "$case_name" in
       fail "summary.json is not JSON"
     [[ $(tail -n 1 "$work/stdout") == "RESULT: PASS" ]] || fail "the summary is not printed last"
     names=$(python3 -c 'import json, sys; print(" ".join(s["name"] for s in json.load(open(sys.argv[1]))["stages"]))' "$out/summary.json")
-    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench baseline kernels baseline_kernels stalls allreduce nccl_all_gpus shared_gpu pytorch sanitizer_probe memcheck memcheck_train racecheck" ]] ||
+    [[ $names == "libraries device_query gpu_tests seed_vs_cpu bench probes baseline kernels baseline_kernels stalls allreduce nccl_all_gpus shared_gpu pytorch pytorch_compiled sanitizer_probe memcheck memcheck_train racecheck" ]] ||
       fail "stages out of order or missing: $names"
     [[ -s $out/logs.tar.gz && -s $out/summary.txt ]] || fail "logs or table missing"
     # The CPU stand-in runs the same binary as the CPU reference: the losses agree exactly.
     expect_grep 'seed_vs_cpu +SKIP .*native max\|dloss\| 0 over 5 steps' "$out/summary.txt" \
       "the seed stage compared the losses"
     expect_grep 'bench +SKIP .*native [0-9.]+ samples/s' "$out/summary.txt" "the benchmark figure"
+    expect_grep '"samples_per_s_native_b256":[0-9.]+' "$out/summary.json" \
+      "the benchmark figure named by its batch"
+    expect_grep 'probes +SKIP .*(no GPU|not in the carry folder)' "$out/summary.txt" \
+      "the device micro-checks need a GPU"
     expect_grep 'allreduce +SKIP .*cpu_x2 [0-9.]+ us' "$out/summary.txt" "the all-reduce figure"
     expect_grep 'kernels +SKIP +0 +no (GPU|ncu)' "$out/summary.txt" "the per-kernel stage needs a GPU"
     expect_grep 'baseline +SKIP +0 +no baseline in the carry folder' "$out/summary.txt" \
@@ -313,14 +317,19 @@ STANDIN
 #!/usr/bin/env bash
 if [[ \$* == *"import torch"* ]]; then echo "torch 0.0-stand-in cuda False"; exit 0; fi
 if [[ \${1:-} == *bench_pytorch.py ]]; then
-  echo "pytorch 0.0-stand-in eager on cpu: batch 256, 3 steps: 256.000 ms/step, 1000 samples/s"
+  if [[ \$* == *max-autotune* ]]; then
+    echo "pytorch 0.0-stand-in compiled (max-autotune) on cpu: batch 256, 3 steps: 128.000 ms/step, 2000 samples/s (warm-up 9.0 s)"
+    echo "pytorch 0.0-stand-in compiled (reduce-overhead) on cpu: skipped: reduce-overhead is CUDA graphs, and the device is not a GPU"
+  else
+    echo "pytorch 0.0-stand-in eager on cpu: batch 256, 3 steps: 256.000 ms/step, 1000 samples/s (warm-up 0.3 s)"
+  fi
   exit 0
 fi
 exec "$real_python" "\$@"
 SHIM
     chmod +x "$work/bin/python3"
     out=$work/out
-    PATH="$work/bin:$PATH" GPU_CHECK_ONLY=bench,pytorch GPU_CHECK_REHEARSE_CARRY=$rehearsal_carry \
+    PATH="$work/bin:$PATH" GPU_CHECK_ONLY=bench,pytorch,pytorch_compiled GPU_CHECK_REHEARSE_CARRY=$rehearsal_carry \
       "$check" rehearse --fast --reuse-carry --out "$out" >"$work/stdout" 2>&1 ||
       { cat "$work/stdout"; fail "the check failed with a stand-in PyTorch"; }
     grep -E "^(bench|pytorch) " "$out/summary.txt"
@@ -330,6 +339,14 @@ SHIM
     expect_grep "pytorch +SKIP .*1000 samples/s \\(eager, batch 256\\); the engines against it: native ${want}x" \
       "$out/summary.txt" "the ratio of the bench's native figure to PyTorch's"
     expect_grep "\"ratio_to_pytorch_native\":${want}" "$out/summary.json" "the ratio among the figures"
+    # The compiled stage: the faster compiled mode's figure, the ratio to it, the skipped mode named.
+    want=$(awk -v a="$rate" 'BEGIN { printf "%.2f", a / 2000 }')
+    expect_grep "pytorch_compiled +SKIP .*max-autotune 2000 samples/s \\(batch 256\\); the engines against the faster \\(max-autotune\\): native ${want}x.*skipped reduce-overhead: reduce-overhead is CUDA graphs" \
+      "$out/summary.txt" "the ratio to compiled PyTorch"
+    expect_grep "\"ratio_to_pytorch_compiled_native\":${want}" "$out/summary.json" \
+      "the compiled ratio among the figures"
+    expect_grep "\"pytorch_max_autotune_samples_per_s\":2000" "$out/summary.json" \
+      "each compiled mode's figure"
     ;;
 
   stalls_summary)

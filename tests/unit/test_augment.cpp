@@ -132,17 +132,27 @@ TEST_CASE("gather_shifted: a slice of the global batch shifts as the whole batch
   CHECK(std::equal(part_labels.begin(), part_labels.end(), whole_labels.begin() + 2));
 }
 
-TEST_CASE("hold_out_first drops the first images and keeps the rest in order", "[augment][data]") {
+TEST_CASE("split_off_first moves the first images out and keeps both parts in order",
+          "[augment][data]") {
   ImageSet set;
   set.count = 4;
   set.rows = 1;
   set.cols = 2;
   set.pixels = {1, 2, 3, 4, 5, 6, 7, 8};
   set.labels = {0, 1, 2, 3};
-  hold_out_first(set, 1);
+  set.images_path = "images";
+  const ImageSet first = split_off_first(set, 1);
   CHECK(set.count == 3);
   CHECK(set.pixels == std::vector<uint8_t>{3, 4, 5, 6, 7, 8});
   CHECK(set.labels == std::vector<uint8_t>{1, 2, 3});
+  CHECK(first.count == 1);
+  CHECK(first.rows == 1);
+  CHECK(first.cols == 2);
+  CHECK(first.pixels == std::vector<uint8_t>{1, 2});
+  CHECK(first.labels == std::vector<uint8_t>{0});
+  CHECK(first.images_path == "images");
+  CHECK(split_off_first(set, 0).count == 0);
+  CHECK(set.count == 3);
 }
 
 TEST_CASE("random shifts in training: W workers equal one worker, and the shifts act",
@@ -187,7 +197,10 @@ TEST_CASE("data.validation_size: load_dataset trains on the rest, and refuses to
   CHECK(ds.train.count == 3);
   CHECK(ds.train.labels == std::vector<uint8_t>{2, 3, 4});
   CHECK(ds.train.pixels.front() == 8);  // image 2's first pixel
-  CHECK(ds.test.count == 1);            // the test split is untouched
+  CHECK(ds.validation.count == 2);      // the held-out images are the validation split
+  CHECK(ds.validation.labels == std::vector<uint8_t>{0, 1});
+  CHECK(ds.validation.pixels == std::vector<uint8_t>(pixels.begin(), pixels.begin() + 8));
+  CHECK(ds.test.count == 1);  // the test split is untouched
   cfg.validation_size = 5;
   CHECK_THROWS_WITH(load_dataset(cfg, 10), Contains("data.validation_size is 5") &&
                                                Contains(dir.file(kTrainImages)) &&

@@ -615,3 +615,60 @@ TEST_CASE("the math-config hash follows the settings that change training, and o
         check_resume_compatible(loaded, checkpoint_experiment("", {"train.log_every=2"}), path));
   }
 }
+
+TEST_CASE("the selection round-trips in the metadata, and best.safetensors stays out of the roll",
+          "[checkpoint][selection]") {
+  ScratchDir dir;
+  const Experiment e = checkpoint_experiment();
+  const Model model = Model::build(e.model);
+  CheckpointState saved = filled_state(model, true, 40);
+  // Figures no short decimal holds: they must come back exactly.
+  saved.selection = {30, 0.1 + 0.2, 1.0 / 3.0, 1, 40};
+  const std::string path = dir.file("sel.safetensors");
+  save_checkpoint(path, model, e, saved);
+  const CheckpointState loaded = load_checkpoint(path, model);
+  CHECK(loaded.selection.best_step == 30);
+  CHECK(loaded.selection.best_accuracy == 0.1 + 0.2);
+  CHECK(loaded.selection.best_loss == 1.0 / 3.0);
+  CHECK(loaded.selection.evaluations_since_best == 1);
+  CHECK(loaded.selection.last_step == 40);
+  CHECK(read_checkpoint_metadata(path).selection.best_step == 30);
+  // Without a best nothing is written, and nothing is read back.
+  const std::string plain = dir.file("plain.safetensors");
+  save_checkpoint(plain, model, e, filled_state(model, true, 40));
+  CHECK(load_checkpoint(plain, model).selection.best_step == -1);
+  CHECK(load_checkpoint(plain, model).metadata.count(kMetaBestStep) == 0);
+  // The writer owns the keys.
+  CheckpointState owned = filled_state(model, true, 40);
+  owned.metadata[kMetaBestStep] = "3";
+  CHECK_THROWS_AS(save_checkpoint(dir.file("x.safetensors"), model, e, owned), RuntimeError);
+  // Part of the selection, or a figure that is not a number: damage, naming the file and key.
+  edit_header(path,
+              [](std::string& h) { replace_once(h, "\"evaluations_since_best\":\"1\",", ""); });
+  CHECK_THAT(load_error(path, model), Contains(path) && Contains("lacks evaluations_since_best"));
+  save_checkpoint(path, model, e, saved);
+  edit_header(path, [](std::string& h) {
+    const auto at = h.find("\"best_validation_loss\":\"");
+    REQUIRE(at != std::string::npos);
+    h.replace(at, std::string("\"best_validation_loss\":\"").size(),
+              "\"best_validation_loss\":\"x");
+  });
+  CHECK_THAT(load_error(path, model),
+             Contains(path) && Contains("best_validation_loss") && Contains("finite number"));
+
+  // The best file beside the step files: never listed, never rolled over, never resumed from.
+  CheckpointDirectory ckpts(dir.file("run"), 1);
+  CHECK(fs::path(ckpts.best_path()).filename() == "best.safetensors");
+  CHECK(ckpts.save_best(model, e, saved) == ckpts.best_path());
+  for (int64_t step : {10, 20}) ckpts.save(model, e, filled_state(model, true, step));
+  CHECK(ckpts.list() == std::vector<std::string>{ckpts.path_for(20)});
+  CHECK(fs::exists(ckpts.best_path()));
+  CHECK(ckpts.latest_valid(model)->path == ckpts.path_for(20));
+  // A best write killed before its rename is cleaned up like a step's.
+  const std::string stale = ckpts.dir() + "/.best.safetensors.tmp.99999";
+  write_bytes(stale, "half a checkpoint");
+  std::ostringstream log;
+  CheckpointDirectory reopened(dir.file("run"), 1, capture_logger(log));
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(reopened.best_path()));
+}

@@ -113,6 +113,8 @@ void require_same(const Experiment& a, const Experiment& b) {
   CHECK(a.optimizer.epsilon == b.optimizer.epsilon);
   CHECK(a.optimizer.epsilon_style == b.optimizer.epsilon_style);
   CHECK(a.train.log_after_update == b.train.log_after_update);
+  CHECK(a.train.keep_best == b.train.keep_best);
+  CHECK(a.train.patience == b.train.patience);
   CHECK(a.optimizer.momentum == b.optimizer.momentum);
   CHECK(a.optimizer.nesterov == b.optimizer.nesterov);
   CHECK(a.optimizer.weight_decay == b.optimizer.weight_decay);
@@ -806,4 +808,44 @@ TEST_CASE("data.validation_size, data.random_shift and optimizer.epsilon_style",
              Contains("optimizer.epsilon_style") && Contains("keras"));
   CHECK_THAT(config_error(kMinimal, {"optimizer.type=sgd", "optimizer.epsilon_style=tensorflow"}),
              Contains("'epsilon_style' is not allowed with type sgd"));
+}
+
+TEST_CASE("train.keep_best and train.patience: defaults by the validation split, and their rules",
+          "[config]") {
+  // Without a validation split nothing is kept; with one, the best by validation accuracy.
+  CHECK(parse_experiment(kMinimal, "minimal.yaml").train.keep_best == KeepBest::none);
+  const Experiment split = parse_experiment(kMinimal, "minimal.yaml", {"data.validation_size=100"});
+  CHECK(split.train.keep_best == KeepBest::validation_accuracy);
+  CHECK(split.train.patience == 0);
+  const Experiment e = parse_experiment(kMinimal, "minimal.yaml",
+                                        {"data.validation_size=100", "train.eval_every=5",
+                                         "train.keep_best=validation_loss", "train.patience=3"});
+  CHECK(e.train.keep_best == KeepBest::validation_loss);
+  CHECK(e.train.patience == 3);
+  // The resolved config reads back the same, with and without a split.
+  require_same(e, parse_experiment(to_yaml(e), "resolved.yaml"));
+  const Experiment plain = parse_experiment(kMinimal, "minimal.yaml");
+  require_same(plain, parse_experiment(to_yaml(plain), "resolved.yaml"));
+
+  CHECK_THAT(config_error(kMinimal, {"train.keep_best=validation_accuracy"}),
+             Contains("train.keep_best") && Contains("validation_accuracy") &&
+                 Contains("data.validation_size > 0") && Contains("--set"));
+  CHECK(config_error(kMinimal, {"train.keep_best=none"}).empty());
+  CHECK_THAT(config_error(kMinimal, {"data.validation_size=100", "train.keep_best=test_accuracy"}),
+             Contains("train.keep_best") && Contains("test_accuracy") &&
+                 Contains("validation_accuracy, validation_loss, none"));
+  CHECK_THAT(config_error(kMinimal, {"train.eval_every=5", "train.patience=2"}),
+             Contains("train.patience") && Contains("a validation split"));
+  CHECK_THAT(config_error(kMinimal, {"data.validation_size=100", "train.patience=2"}),
+             Contains("train.patience") && Contains("train.eval_every > 0"));
+  CHECK_THAT(config_error(kMinimal, {"data.validation_size=100", "train.eval_every=5",
+                                     "train.keep_best=none", "train.patience=2"}),
+             Contains("train.patience") && Contains("a metric to watch"));
+  CHECK_THAT(config_error(kMinimal,
+                          {"data.validation_size=100", "train.eval_every=5", "train.patience=-1"}),
+             Contains("train.patience") && Contains("-1"));
+  // In a file, the message names the file, line and value.
+  const std::string in_file = std::string(kMinimal) + "  keep_best: validation_loss\n";
+  CHECK_THAT(config_error(in_file), Contains("broken.yaml:") && Contains("train.keep_best") &&
+                                        Contains("validation_loss"));
 }

@@ -1,24 +1,30 @@
 // The network's head in one kernel: logits = x W^T + b, softmax cross-entropy, dlogits, and both
 // gradients of the dense layer, without the logits or dlogits ever leaving registers.
 //
-// How the work is split: one warp per sample row (8 warps per block, the grid striding over rows,
-// at most kMaxBlocks blocks of about 4 rows per warp). The block stages W [k, in] in shared
+// How the work is split: one warp per sample row (8 warps per block, the grid striding over rows:
+// one row a warp up to kMaxBlocks blocks, 128 blocks at batch 1024, so the rows spread over the
+// SMs instead of queueing ~4 deep on a quarter of them). The block stages W [k, in] in shared
 // memory. Lane l holds inputs i = l, l + 32, ... (at most 4, in <= 128) of its row: it computes
 // partial dot products for every class, a butterfly of shuffles gives every lane all k logits, and
 // each lane then evaluates the softmax itself (k <= 16), writes its inputs' dx = dlogits W and adds
 // dlogits * x into its fp32 dW accumulators (and dlogits into dbias's). At the end the block's 8
-// warps add their accumulators into shared memory in warp order, the block writes its partial to
-// the workspace, and the last block to finish (launch.cuh, arrive_last) adds the blocks'
-// partials in block order, in double: the gradients repeat bit for bit. The loss and hit count
-// follow softmax_cross_entropy.cu: each block's loss and hit count go with its partial, and the
-// last block adds them in block order, as the gradients (no atomics: the same bits every run).
+// warps add their accumulators pairwise through shared-memory slots in a fixed order (three
+// barriers, every thread adding a share of the row, instead of 8 warp-ordered phases with 7
+// warps waiting in each) and the block writes its partial row (gradients, loss, hit count) to
+// the workspace. The rows are added in two fixed-order levels
+// inside the launch, in double: the last block of each group of kHeadGroup consecutive blocks
+// adds its group's rows in block order (overlapping the other groups' rows), and the last group
+// to finish adds the groups' sums in group order (one level when there is one group). The grid is
+// fixed by n and the orders by the grid, so the gradients and metrics repeat bit for bit (no
+// atomics but the block counters).
 //
 // Measured times and ncu's stall samples: docs/gpu_speed.md ("the fused step kernel by kernel",
-// "kernel notes"); the kernel is compiled for at most 10 classes when the network has 10. The
-// model made before (an ESTIMATE, wrong by 12x): at n = 1024, in = 100, k = 10 the head is 6 MFLOP
-// and 0.4 MB of x; the kernel is bound by its latency (~4 dependent rows per warp, each ~300
-// instructions, plus the last block's 32 x 1010 partials): ~5 us, against ~5 launches (dense
-// forward, loss, weight and bias gradients, dense backward data) of ~3 us each eagerly.
+// "kernel notes"); the kernel is compiled for at most 10 classes when the network has 10. Measured
+// on the H200 at n = 1024, in = 100, k = 10 with 32 blocks of 4 rows a warp: 52.4 us, ~100 SMs
+// idle and ~2,300 dependent instructions a row, four rows in a row. The model for this grid (an
+// ESTIMATE, unmeasured; the model before this one was wrong by 12x): one row a warp on 128 blocks,
+// ~2,300 instructions at ~4-6 cycles each, ~6-8 us; the two levels of the sum read 16 and 8 rows
+// of 1,012 doubles (130 and 65 KB) in one block each, ~2 us: ~10-14 us in all.
 #include "backend/cuda/dense_head.hpp"
 
 #include <algorithm>
@@ -44,12 +50,21 @@ constexpr int kMaxClasses = 16, kMaxIn = 128, kPerLane = kMaxIn / 32;
 // time (a warp's rows follow one another, and ~2 warps per scheduler cannot hide their latency).
 constexpr int kClassesCommon = 10;
 constexpr int kHeadWarps = 8, kHeadThreads = 32 * kHeadWarps;
-constexpr int kRowsPerBlock = 4 * kHeadWarps;
-// Fixed, not read from the device, so the summation order is the same on every GPU.
-constexpr int kMaxBlocks = 64;
+// One row a warp per pass of the grid, up to kMaxBlocks blocks (about two per SM of a 132-SM
+// card; more rows a warp past batch 2048). Fixed, not read from the device, so the summation
+// order is the same on every GPU.
+constexpr int kMaxBlocks = 256;
 int head_blocks(int n) {
-  return std::clamp((n + kRowsPerBlock - 1) / kRowsPerBlock, 1, kMaxBlocks);
+  return std::clamp((n + kHeadWarps - 1) / kHeadWarps, 1, kMaxBlocks);
 }
+// Blocks per group of the first level of the cross-block sum: ~sqrt(kMaxBlocks), so that neither
+// level's last block reads many more rows than the other's.
+constexpr int kHeadGroup = 16;
+__host__ __device__ inline int head_groups(int blocks) {
+  return (blocks + kHeadGroup - 1) / kHeadGroup;
+}
+static_assert(1 + (kMaxBlocks + kHeadGroup - 1) / kHeadGroup <= kBlockCounters,
+              "a counter per group and one for the groups");
 
 // The dense block in front of the head (FusedKernels::dense_block_softmax_cross_entropy): when
 // `on`, x is the block's input, each lane computes the block's output of its inputs as it reads
@@ -72,16 +87,103 @@ __host__ __device__ inline int partial_row(int in, int k, bool block) {
 // The kernel's shared memory, at namespace scope so that its two instantiations (KC = 10 and 16)
 // share one copy: the CUDA emulation poisons the whole __shared__ section at the start of every
 // block of every kernel, and a copy per instantiation would make every emulated launch slower.
-// On a GPU the KC = 10 kernel then reserves the KC = 16 sizes (about 19 KB a block); the head ran
+// On a GPU the KC = 10 kernel then reserves the KC = 16 sizes (about 43 KB a block); the head ran
 // one block per SM, bound by its registers (docs/gpu_speed.md, "kernel notes"), where those bytes
 // change nothing. Should it become bound by shared memory, per-instantiation arrays are the fix.
-__shared__ float w_s[kMaxClasses * kMaxIn];
-__shared__ float sums[kMaxClasses * kMaxIn + kMaxClasses];
-__shared__ double block_sums[2 * kMaxIn];  // with a block: its sums, warps added in order
-__shared__ Affine affine[kMaxIn];          // with a block: each input's batch-norm apply
+//
+// The pool holds W [k, in] while the rows run, and afterwards kSlots slots of warps'
+// accumulators (a slot: the gradient sums, k * in + k floats, then with a block its 2 * in
+// double sums): half the warps store theirs, the other half add them, and the block's row is
+// the sum of the slots (see the kernel's end).
+constexpr int kSlots = kHeadWarps / 2;
+constexpr int kSlotFloats = kMaxClasses * kMaxIn + kMaxClasses;
+constexpr int kSlotBytes = kSlotFloats * 4 + 2 * kMaxIn * 8;
+static_assert(kSlotFloats % 2 == 0, "a slot's doubles are 8-byte aligned");
+static_assert(kSlots * kSlotBytes >= kMaxClasses * kMaxIn * 4, "W fits the pool");
+__shared__ double pool[kSlots * kSlotBytes / 8];
+__device__ __forceinline__ float* staged_weights() {
+  return reinterpret_cast<float*>(pool);
+}
+__device__ __forceinline__ float* slot_floats(int slot) {
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(pool) + slot * kSlotBytes);
+}
+__device__ __forceinline__ double* slot_doubles(int slot) {
+  return reinterpret_cast<double*>(reinterpret_cast<char*>(pool) + slot * kSlotBytes +
+                                   kSlotFloats * 4);
+}
+__shared__ Affine affine[kMaxIn];  // with a block: each input's batch-norm apply
 __shared__ float warp_loss[kHeadWarps];
 __shared__ float warp_correct[kHeadWarps];
 __shared__ int is_last;
+
+// Entry e of rows[count, row_length] added in row order, in double: rows[0][e] + rows[1][e] + ...
+// (the rows were written by other blocks: volatile, not from a stale cache line).
+__device__ __forceinline__ double add_column(const volatile double* rows, int count, int row_length,
+                                             int e) {
+  double total = 0.0;
+  for (int r = 0; r < count; ++r) total += rows[static_cast<std::size_t>(r) * row_length + e];
+  return total;
+}
+
+// The head's outputs from the rows of its last level (the blocks' rows when there is one group,
+// else the groups' sums): the gradients, the block's sums and the metrics.
+__device__ void finish_head(const volatile double* rows, int count, int row_length, int in, int k,
+                            int n, float* dweight, float* dbias, float* metrics,
+                            const HeadBlock& blk) {
+  const int weights = k * in, grads = weights + k;
+  for (int e = threadIdx.x; e < grads; e += kHeadThreads) {
+    const double total = add_column(rows, count, row_length, e);
+    if (e < weights) {
+      dweight[e] = static_cast<float>(total);
+    } else if (dbias) {
+      dbias[e - weights] = static_cast<float>(total);
+    }
+  }
+  if (blk.on) {
+    for (int e = threadIdx.x; e < 2 * in; e += kHeadThreads) {
+      const double total = add_column(rows, count, row_length, grads + 2 + e);
+      // batch_norm_backward_reduce's floats: sum_dy_xhat = invstd * sum of dy * (x - mean).
+      if (e < in)
+        blk.sum_dy[e] = static_cast<float>(total);
+      else
+        blk.sum_dy_xhat[e - in] =
+            static_cast<float>(total * static_cast<double>(blk.invstd[e - in]));
+    }
+  }
+  if (threadIdx.x == 0) {
+    metrics[kLossSum] += static_cast<float>(add_column(rows, count, row_length, grads));
+    metrics[kCorrect] += static_cast<float>(add_column(rows, count, row_length, grads + 1));
+    metrics[kSamples] += static_cast<float>(n);
+  }
+}
+
+// The two fixed-order levels of the cross-block sum (see the top of the file), after this block
+// wrote its row: the last block of the block's group adds the group's rows into
+// group_sums[group] (counted on counter[1 + group]); the last of those adds the groups and writes
+// the head's outputs (counted on counter[0]). With one group, its last block writes the outputs
+// from the blocks' rows directly.
+__device__ void add_head_rows(const double* partial, double* group_sums, int row_length, int in,
+                              int k, int n, float* dweight, float* dbias, float* metrics,
+                              const HeadBlock& blk, unsigned* counter) {
+  const int blocks = static_cast<int>(gridDim.x), groups = head_groups(blocks);
+  if (groups == 1) {
+    if (!arrive_last(counter, is_last)) return;
+    finish_head(partial, blocks, row_length, in, k, n, dweight, dbias, metrics, blk);
+    depart_last(counter);
+    return;
+  }
+  const int group = static_cast<int>(blockIdx.x) / kHeadGroup, first = group * kHeadGroup;
+  const int members = min(kHeadGroup, blocks - first);
+  if (!arrive_last(counter + 1 + group, is_last, static_cast<unsigned>(members))) return;
+  const volatile double* rows_of_group = partial + static_cast<std::size_t>(first) * row_length;
+  for (int e = threadIdx.x; e < row_length; e += kHeadThreads)
+    group_sums[static_cast<std::size_t>(group) * row_length + e] =
+        add_column(rows_of_group, members, row_length, e);
+  depart_last(counter + 1 + group);
+  if (!arrive_last(counter, is_last, static_cast<unsigned>(groups))) return;
+  finish_head(group_sums, groups, row_length, in, k, n, dweight, dbias, metrics, blk);
+  depart_last(counter);
+}
 
 template <int KC>
 __global__ void __launch_bounds__(kHeadThreads)
@@ -89,9 +191,11 @@ __global__ void __launch_bounds__(kHeadThreads)
                                        const float* bias, const int32_t* labels, float grad_scale,
                                        float* dx, float* dweight, float* dbias, float* metrics,
                                        HeadBlock blk, unsigned* counter,
-                                       double* partial /* [grid, partial_row] */) {
+                                       double* partial /* [grid, partial_row] */,
+                                       double* group_sums /* [head_groups(grid), partial_row] */) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int weights = k * in, grads = weights + k;
+  float* w_s = staged_weights();
   for (int i = threadIdx.x; i < weights; i += kHeadThreads) w_s[i] = weight[i];
   if (blk.on) {
     for (int i = threadIdx.x; i < in; i += kHeadThreads)
@@ -186,40 +290,56 @@ __global__ void __launch_bounds__(kHeadThreads)
     warp_loss[warp] = loss_sum;
     warp_correct[warp] = correct;
   }
-  // The block's gradient: warps add their accumulators in warp order.
-  for (int w = 0; w < kHeadWarps; ++w) {
-    if (warp == w) {
+  // The block's gradient, in a fixed order in three barriers (the rows' last one included): warps
+  // 4-7 store their accumulators in slots 0-3 (over W, free once every warp is past its rows),
+  // warps 0-3 add slot w to their own, store the pair sums back, and every thread then adds the
+  // four slots of its entries of the row: ((w0 + w4) + (w1 + w5)) + (w2 + w6) + (w3 + w7).
+  auto store_slot = [&](int slot) {
+    float* f = slot_floats(slot);
+    double* d = slot_doubles(slot);
 #pragma unroll
-      for (int m = 0; m < kPerLane; ++m) {
-        const int i = lane + 32 * m;
-        if (i >= in) continue;
+    for (int m = 0; m < kPerLane; ++m) {
+      const int i = lane + 32 * m;
+      if (i >= in) continue;
 #pragma unroll
-        for (int j = 0; j < KC; ++j) {
-          if (j >= k) continue;
-          float& s = sums[j * in + i];
-          s = (w == 0 ? 0.0f : s) + acc_w[m][j];
-        }
-      }
-      if (lane == 0) {
-#pragma unroll
-        for (int j = 0; j < KC; ++j) {
-          if (j >= k) continue;
-          float& s = sums[weights + j];
-          s = (w == 0 ? 0.0f : s) + acc_b[j];
-        }
-      }
+      for (int j = 0; j < KC; ++j)
+        if (j < k) f[j * in + i] = acc_w[m][j];
       if (blk.on) {
-#pragma unroll
-        for (int m = 0; m < kPerLane; ++m) {
-          const int i = lane + 32 * m;
-          if (i >= in) continue;
-          block_sums[i] = (w == 0 ? 0.0 : block_sums[i]) + acc_dy[m];
-          block_sums[in + i] = (w == 0 ? 0.0 : block_sums[in + i]) + acc_dy_x[m];
-        }
+        d[i] = acc_dy[m];
+        d[in + i] = acc_dy_x[m];
       }
     }
-    __syncthreads();
+    if (lane == 0) {
+#pragma unroll
+      for (int j = 0; j < KC; ++j)
+        if (j < k) f[weights + j] = acc_b[j];
+    }
+  };
+  __syncthreads();
+  if (warp >= kSlots) store_slot(warp - kSlots);
+  __syncthreads();
+  if (warp < kSlots) {
+    const float* f = slot_floats(warp);
+    const double* d = slot_doubles(warp);
+#pragma unroll
+    for (int m = 0; m < kPerLane; ++m) {
+      const int i = lane + 32 * m;
+      if (i >= in) continue;
+#pragma unroll
+      for (int j = 0; j < KC; ++j)
+        if (j < k) acc_w[m][j] += f[j * in + i];
+      if (blk.on) {
+        acc_dy[m] += d[i];
+        acc_dy_x[m] += d[in + i];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < KC; ++j)
+      if (j < k) acc_b[j] += f[weights + j];
   }
+  __syncthreads();
+  if (warp < kSlots) store_slot(warp);
+  __syncthreads();
   // The block's row: its gradient sums, then its loss and hit count, then the block's sums.
   const int row_length = partial_row(in, k, blk.on);
   double* row = partial + static_cast<std::size_t>(blockIdx.x) * row_length;
@@ -232,47 +352,22 @@ __global__ void __launch_bounds__(kHeadThreads)
     row[grads] = block_loss;
     row[grads + 1] = block_correct;
   }
-  for (int e = threadIdx.x; e < grads; e += kHeadThreads) row[e] = sums[e];
-  if (blk.on)
-    for (int e = threadIdx.x; e < 2 * in; e += kHeadThreads) row[grads + 2 + e] = block_sums[e];
-
-  // The last block to get here adds every block's partial, in block order.
-  if (!arrive_last(counter, is_last)) return;
-  const volatile double* all = partial;  // written by other blocks: not from a stale cache line
   for (int e = threadIdx.x; e < grads; e += kHeadThreads) {
     double total = 0.0;
-    for (unsigned b = 0; b < gridDim.x; ++b)
-      total += all[static_cast<std::size_t>(b) * row_length + e];
-    if (e < weights) {
-      dweight[e] = static_cast<float>(total);
-    } else if (dbias) {
-      dbias[e - weights] = static_cast<float>(total);
-    }
+#pragma unroll
+    for (int slot = 0; slot < kSlots; ++slot) total += slot_floats(slot)[e];
+    row[e] = total;
   }
   if (blk.on) {
     for (int e = threadIdx.x; e < 2 * in; e += kHeadThreads) {
       double total = 0.0;
-      for (unsigned b = 0; b < gridDim.x; ++b)
-        total += all[static_cast<std::size_t>(b) * row_length + grads + 2 + e];
-      // batch_norm_backward_reduce's floats: sum_dy_xhat = invstd * sum of dy * (x - mean).
-      if (e < in)
-        blk.sum_dy[e] = static_cast<float>(total);
-      else
-        blk.sum_dy_xhat[e - in] =
-            static_cast<float>(total * static_cast<double>(blk.invstd[e - in]));
+#pragma unroll
+      for (int slot = 0; slot < kSlots; ++slot) total += slot_doubles(slot)[e];
+      row[grads + 2 + e] = total;
     }
   }
-  if (threadIdx.x == 0) {
-    float loss = 0.0f, hits = 0.0f;
-    for (unsigned b = 0; b < gridDim.x; ++b) {
-      loss += static_cast<float>(all[static_cast<std::size_t>(b) * row_length + grads]);
-      hits += static_cast<float>(all[static_cast<std::size_t>(b) * row_length + grads + 1]);
-    }
-    metrics[kLossSum] += loss;
-    metrics[kCorrect] += hits;
-    metrics[kSamples] += static_cast<float>(n);
-  }
-  depart_last(counter);
+
+  add_head_rows(partial, group_sums, row_length, in, k, n, dweight, dbias, metrics, blk, counter);
 }
 
 }  // namespace
@@ -282,8 +377,10 @@ bool dense_head_supports(int n, int in, int k) {
 }
 
 std::size_t dense_head_workspace_floats(int n, int in, int k) {
-  // With or without a block (the larger): the blocks' partial rows, in doubles.
-  return 2 * static_cast<std::size_t>(head_blocks(n)) * partial_row(in, k, true);
+  // With or without a block (the larger): the blocks' partial rows and the groups' sums, in
+  // doubles.
+  const int blocks = head_blocks(n);
+  return 2 * static_cast<std::size_t>(blocks + head_groups(blocks)) * partial_row(in, k, true);
 }
 
 namespace {
@@ -299,11 +396,13 @@ void launch_head(cudaStream_t stream, const char* op, int n, int in, int k, cons
               "{}: workspace {} is not {}-byte aligned (it holds doubles)", op,
               static_cast<const void*>(workspace), alignof(double));
   double* partial = reinterpret_cast<double*>(workspace);
+  const int blocks = head_blocks(n);
+  double* group_sums = partial + static_cast<std::size_t>(blocks) * partial_row(in, k, blk.on);
   auto launch = [&](auto bound) {  // bound: the class bound KC, as a std::integral_constant
-    MNIST_LAUNCH(dense_softmax_cross_entropy_kernel<decltype(bound)::value>, head_blocks(n),
-                 kHeadThreads, 0, stream)
+    MNIST_LAUNCH(dense_softmax_cross_entropy_kernel<decltype(bound)::value>, blocks, kHeadThreads,
+                 0, stream)
     (n, in, k, x, weight, bias, labels, grad_scale, dx, dweight, dbias, metrics, blk, counter,
-     partial);
+     partial, group_sums);
   };
   if (k <= kClassesCommon) {
     launch(std::integral_constant<int, kClassesCommon>{});
