@@ -279,7 +279,7 @@ TEST_CASE("a sweep with a bad value is refused up front: exit 2 naming the axis,
   CHECK_FALSE(fs::exists(out));
 }
 
-TEST_CASE("a diverging sweep point is recorded as exit 4 with its message and the others go on; "
+TEST_CASE("a diverging sweep point is recorded as exit 4 with its message and the others go on, "
           "--point and --collect run and gather an array's points",
           "[sweep]") {
   require_data();
