@@ -80,8 +80,8 @@ std::vector<std::string> sweep_args(const fs::path& out, int steps,
 }
 
 mnist::test::CommandResult run_sweep(const std::vector<std::string>& args) {
-  std::string command = std::string("cd ") + quote(MNIST_SOURCE_DIR) + " && " +
-                        quote(MNIST_TRAIN_BIN);
+  std::string command =
+      std::string("cd ") + quote(MNIST_SOURCE_DIR) + " && " + quote(MNIST_TRAIN_BIN);
   for (const std::string& a : args) command += " " + quote(a);
   return mnist::test::run_command(command + " 2>&1");
 }
@@ -97,11 +97,13 @@ std::vector<std::map<std::string, std::string>> read_points_csv(const fs::path& 
     std::string cell;
     bool quoted = false;
     for (char c : text) {
-      if (c == '"') quoted = !quoted;
+      if (c == '"')
+        quoted = !quoted;
       else if (c == ',' && !quoted) {
         cells.push_back(cell);
         cell.clear();
-      } else cell += c;
+      } else
+        cell += c;
     }
     cells.push_back(cell);
     return cells;
@@ -126,8 +128,7 @@ std::string summary_value(const fs::path& run_dir, const std::string& key) {
 
 int count_of(const std::string& text, const std::string& what) {
   int n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
 }
 
@@ -137,10 +138,10 @@ TEST_CASE("a 2x2x2 sweep on 2 slots gives 8 runs and a table of their summaries"
   require_data();
   TempDir tmp("grid");
   const fs::path out = tmp.path / "s";
-  const auto r = run_sweep(sweep_args(out, 5,
-                                      {"--grid", "optimizer.lr=0.001,0.002", "--grid",
-                                       "train.batch_per_device=16,32", "--seeds", "1,2",
-                                       "--slots", "2"}));
+  const auto r =
+      run_sweep(sweep_args(out, 5,
+                           {"--grid", "optimizer.lr=0.001,0.002", "--grid",
+                            "train.batch_per_device=16,32", "--seeds", "1,2", "--slots", "2"}));
   INFO(r.output);
   REQUIRE(r.code == 0);
   std::vector<fs::path> dirs;
@@ -173,10 +174,10 @@ TEST_CASE("a 2x2x2 sweep on 2 slots gives 8 runs and a table of their summaries"
   CHECK(fs::exists(out / "results.csv"));
 
   // The same sweep again: every point is done, nothing runs.
-  const auto again = run_sweep(sweep_args(out, 5,
-                                          {"--grid", "optimizer.lr=0.001,0.002", "--grid",
-                                           "train.batch_per_device=16,32", "--seeds", "1,2",
-                                           "--slots", "2"}));
+  const auto again =
+      run_sweep(sweep_args(out, 5,
+                           {"--grid", "optimizer.lr=0.001,0.002", "--grid",
+                            "train.batch_per_device=16,32", "--seeds", "1,2", "--slots", "2"}));
   INFO(again.output);
   CHECK(again.code == 0);
   CHECK_THAT(again.output, Catch::Contains("0 to run (8 done already)"));
@@ -253,9 +254,10 @@ TEST_CASE("a sweep stopped by SIGTERM exits 3 and its rerun finishes only what w
   CHECK(count_of(read_text(point_logs[2]), "== mnist-train sweep: ") == 1);
 }
 
-TEST_CASE("a sweep with a bad value is refused up front: exit 2 naming the axis, the value and "
-          "the point, nothing started",
-          "[sweep]") {
+TEST_CASE(
+    "a sweep with a bad value is refused up front: exit 2 naming the axis, the value and "
+    "the point, nothing started",
+    "[sweep]") {
   require_data();
   TempDir tmp("bad");
   const fs::path out = tmp.path / "s";
@@ -279,9 +281,10 @@ TEST_CASE("a sweep with a bad value is refused up front: exit 2 naming the axis,
   CHECK_FALSE(fs::exists(out));
 }
 
-TEST_CASE("a diverging sweep point is recorded as exit 4 with its message and the others go on, "
-          "--point and --collect run and gather an array's points",
-          "[sweep]") {
+TEST_CASE(
+    "a diverging sweep point is recorded as exit 4 with its message and the others go on, "
+    "--point and --collect run and gather an array's points",
+    "[sweep]") {
   require_data();
   TempDir tmp("diverge");
   const fs::path out = tmp.path / "s";
@@ -298,7 +301,8 @@ TEST_CASE("a diverging sweep point is recorded as exit 4 with its message and th
   const auto partial = run_sweep(sweep_args(out, 20, collect));
   INFO(partial.output);
   CHECK(partial.code == 5);
-  CHECK_THAT(partial.output, Catch::Contains("point 0 (optimizer.type=sgd optimizer.lr=1e6): not run"));
+  CHECK_THAT(partial.output,
+             Catch::Contains("point 0 (optimizer.type=sgd optimizer.lr=1e6): not run"));
 
   // Point 0 diverges: the task exits with the point's own code.
   std::vector<std::string> zero = groups;
