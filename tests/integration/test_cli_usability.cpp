@@ -13,6 +13,7 @@
 
 #include "core/json.hpp"
 #include "support/command.hpp"
+#include "support/files.hpp"
 #include "support/idx_writer.hpp"
 
 namespace fs = std::filesystem;
@@ -20,6 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using Result = mnist::test::CommandResult;
+using mnist::test::read_text;
 
 // The binary with `args` (shell-quoted) from the source directory; `stderr_too` merges stderr.
 Result run_cli(const std::string& args, bool stderr_too = true) {
@@ -45,13 +47,6 @@ std::string train_args(const std::string& dir, int steps) {
          "--set train.batch_per_device=16 --set train.log_every=1 --set devices.threads=1 "
          "--set train.steps=" +
          std::to_string(steps) + " --set 'output.dir=" + dir + "'";
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace

@@ -36,11 +36,15 @@
 #include "config/experiment.hpp"
 #include "data/dataset.hpp"
 #include "model/model.hpp"
+#include "support/files.hpp"
 #include "train/checkpoint.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
+using mnist::test::read_text;
+using mnist::test::require_mnist_small;
+using mnist::test::TempDir;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
@@ -60,29 +64,6 @@ double time_scale() {
   }
   return scale;
 }
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A fresh, empty folder under the temp directory, removed when the test ends.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() /
-             ("mnist-train-life-" + name + "-" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path / name; }
-};
 
 // One mnist-train process. The exit code follows the shell's convention: the process's own code,
 // or 128 + signal number when a signal ended it.
@@ -200,12 +181,6 @@ std::vector<std::string> train_args(const fs::path& dir, int steps,
   return args;
 }
 
-void require_data() {
-  const fs::path images = fs::path(MNIST_SOURCE_DIR) / "data/mnist-small/train-images-idx3-ubyte";
-  if (!fs::exists(images) && !fs::exists(images.string() + ".gz"))
-    FAIL("these tests train on data/mnist-small: run scripts/fetch_data.sh mnist-small first");
-}
-
 const mnist::Model& quickstart_model() {
   static const mnist::Model model = mnist::Model::build(
       mnist::load_experiment(std::string(MNIST_SOURCE_DIR) + "/" + kConfig).model);
@@ -298,8 +273,8 @@ std::pair<std::string, int64_t> resumed_from(const std::string& output) {
 
 TEST_CASE("N steps straight equal N/2 steps then a resume and N/2 more bit for bit",
           "[lifecycle]") {
-  require_data();
-  TempDir tmp("exact");
+  require_mnist_small();
+  TempDir tmp("life", "exact");
   const int n = 8;
   const Ran straight = run(train_args(tmp / "straight", n), tmp / "straight.log");
   INFO(straight.output);
@@ -326,8 +301,8 @@ TEST_CASE("N steps straight equal N/2 steps then a resume and N/2 more bit for b
 
 TEST_CASE("SIGTERM ends the run with exit 3 and a checkpoint that --resume auto completes exactly",
           "[lifecycle]") {
-  require_data();
-  TempDir tmp("sigterm");
+  require_mnist_small();
+  TempDir tmp("life", "sigterm");
   const int steps = 60;
   Child child(train_args(tmp / "run", steps), tmp / "run.log");
   REQUIRE(child.wait_for_output("step 10/60", 60));
@@ -367,8 +342,8 @@ TEST_CASE("SIGTERM ends the run with exit 3 and a checkpoint that --resume auto 
 }
 
 TEST_CASE("SIGUSR1 checkpoints and exits 75 and a second SIGINT exits 130 at once", "[lifecycle]") {
-  require_data();
-  TempDir tmp("usr1");
+  require_mnist_small();
+  TempDir tmp("life", "usr1");
   {
     Child child(train_args(tmp / "usr1", 99), tmp / "usr1.log");
     REQUIRE(child.wait_for_output("step 10/99", 60));
@@ -408,8 +383,8 @@ TEST_CASE("SIGUSR1 checkpoints and exits 75 and a second SIGINT exits 130 at onc
 
 TEST_CASE("SIGKILL at random moments never leaves the newest checkpoint unreadable",
           "[lifecycle]") {
-  require_data();
-  TempDir tmp("sigkill");
+  require_mnist_small();
+  TempDir tmp("life", "sigkill");
   const int steps = 60;
   const std::vector<std::string> every_step = {"--set", "checkpoint.every=1", "--resume", "auto"};
   const Ran straight = run(train_args(tmp / "straight", steps), tmp / "straight.log");
@@ -481,8 +456,8 @@ TEST_CASE("SIGKILL at random moments never leaves the newest checkpoint unreadab
 TEST_CASE(
     "resume auto skips a truncated newest checkpoint and a changed lr is refused unless forced",
     "[lifecycle]") {
-  require_data();
-  TempDir tmp("damaged");
+  require_mnist_small();
+  TempDir tmp("life", "damaged");
   const std::vector<std::string> every_two = {"--set", "checkpoint.every=2", "--set",
                                               "checkpoint.keep=5"};
   const fs::path run_dir = tmp / "run";
@@ -529,8 +504,8 @@ TEST_CASE(
 
 TEST_CASE("a diverging run exits 4 naming the step and keeps its last good checkpoint",
           "[lifecycle]") {
-  require_data();
-  TempDir tmp("diverge");
+  require_mnist_small();
+  TempDir tmp("life", "diverge");
   const std::vector<std::string> blow_up = {
       "--set", "optimizer.type=sgd", "--set", "optimizer.lr=1e6",
       "--set", "checkpoint.every=1", "--set", "checkpoint.keep=100"};
@@ -581,8 +556,8 @@ std::vector<std::vector<int64_t>> confusion_rows(const std::string& output, int 
 
 TEST_CASE("eval and predict read a checkpoint and a damaged one is exit 2 naming the file",
           "[lifecycle]") {
-  require_data();
-  TempDir tmp("eval");
+  require_mnist_small();
+  TempDir tmp("life", "eval");
   const Ran trained = run(train_args(tmp / "run", 10), tmp / "train.log");
   INFO(trained.output);
   REQUIRE(trained.code == 0);
@@ -713,14 +688,14 @@ Ran exit_code_case(int code, const fs::path& dir) {
 
 TEST_CASE("every exit code of the README's table is what the tool returns in its case",
           "[lifecycle]") {
-  require_data();
+  require_mnist_small();
   const std::vector<int> codes = readme_exit_codes();
   // The table as main() maps outcomes (apps/mnist-train/main.cpp); 130 is the second SIGINT, in
   // code 3's row (tested above).
   CHECK(codes == std::vector<int>{0, 1, 2, 3, 4, 75});
   for (const int code : codes) {
     CAPTURE(code);
-    TempDir tmp("exit-" + std::to_string(code));
+    TempDir tmp("life", "exit-" + std::to_string(code));
     const Ran r = exit_code_case(code, tmp.path);
     INFO(r.output);
     CHECK(r.code == code);
@@ -728,8 +703,8 @@ TEST_CASE("every exit code of the README's table is what the tool returns in its
 }
 
 TEST_CASE("an unusable output.dir is the config's error: exit 2 naming the key", "[lifecycle]") {
-  require_data();
-  TempDir tmp("unusable-dir");
+  require_mnist_small();
+  TempDir tmp("life", "unusable-dir");
   for (const fs::path& dir : {fs::path("/dev/null") / "run",   // below a regular file
                               tmp / std::string(300, 'x')}) {  // a component beyond NAME_MAX
     CAPTURE(dir.string());

@@ -21,43 +21,15 @@
 #include <vector>
 
 #include "support/command.hpp"
+#include "support/files.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() /
-             ("mnist-train-sweep-" + name + "-" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-void require_data() {
-  const fs::path images = fs::path(MNIST_SOURCE_DIR) / "data/mnist-small/train-images-idx3-ubyte";
-  if (!fs::exists(images) && !fs::exists(images.string() + ".gz"))
-    FAIL("these tests train on data/mnist-small: run scripts/fetch_data.sh mnist-small first");
-}
-
-std::string quote(const std::string& arg) {
-  std::string out = "'";
-  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using mnist::test::read_text;
+using mnist::test::require_mnist_small;
+using mnist::test::shell_quote;
+using mnist::test::TempDir;
 
 // The sweep's command line: the quickstart config on mnist-small, `steps` steps per point.
 std::vector<std::string> sweep_args(const fs::path& out, int steps,
@@ -81,8 +53,8 @@ std::vector<std::string> sweep_args(const fs::path& out, int steps,
 
 mnist::test::CommandResult run_sweep(const std::vector<std::string>& args) {
   std::string command =
-      std::string("cd ") + quote(MNIST_SOURCE_DIR) + " && " + quote(MNIST_TRAIN_BIN);
-  for (const std::string& a : args) command += " " + quote(a);
+      std::string("cd ") + shell_quote(MNIST_SOURCE_DIR) + " && " + shell_quote(MNIST_TRAIN_BIN);
+  for (const std::string& a : args) command += " " + shell_quote(a);
   return mnist::test::run_command(command + " 2>&1");
 }
 
@@ -135,8 +107,8 @@ int count_of(const std::string& text, const std::string& what) {
 }  // namespace
 
 TEST_CASE("a 2x2x2 sweep on 2 slots gives 8 runs and a table of their summaries", "[sweep]") {
-  require_data();
-  TempDir tmp("grid");
+  require_mnist_small();
+  TempDir tmp("sweep", "grid");
   const fs::path out = tmp.path / "s";
   const auto r =
       run_sweep(sweep_args(out, 5,
@@ -185,8 +157,8 @@ TEST_CASE("a 2x2x2 sweep on 2 slots gives 8 runs and a table of their summaries"
 
 TEST_CASE("a sweep stopped by SIGTERM exits 3 and its rerun finishes only what was left",
           "[sweep]") {
-  require_data();
-  TempDir tmp("stop");
+  require_mnist_small();
+  TempDir tmp("sweep", "stop");
   const fs::path out = tmp.path / "s", log = tmp.path / "sweep.log";
   const std::vector<std::string> args =
       sweep_args(out, 150, {"--grid", "optimizer.lr=0.001,0.002,0.003", "--slots", "1"});
@@ -258,8 +230,8 @@ TEST_CASE(
     "a sweep with a bad value is refused up front: exit 2 naming the axis, the value and "
     "the point, nothing started",
     "[sweep]") {
-  require_data();
-  TempDir tmp("bad");
+  require_mnist_small();
+  TempDir tmp("sweep", "bad");
   const fs::path out = tmp.path / "s";
   const auto r =
       run_sweep(sweep_args(out, 5, {"--grid", "optimizer.lr=0.001,fast", "--seeds", "1,2"}));
@@ -285,8 +257,8 @@ TEST_CASE(
     "a diverging sweep point is recorded as exit 4 with its message and the others go on, "
     "--point and --collect run and gather an array's points",
     "[sweep]") {
-  require_data();
-  TempDir tmp("diverge");
+  require_mnist_small();
+  TempDir tmp("sweep", "diverge");
   const fs::path out = tmp.path / "s";
   const std::vector<std::string> groups = {"--list", "optimizer.type=sgd,optimizer.lr=1e6",
                                            "--list", "optimizer.lr=0.001"};

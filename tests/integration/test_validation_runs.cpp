@@ -16,6 +16,7 @@
 #include "core/json.hpp"
 #include "model/model.hpp"
 #include "support/command.hpp"
+#include "support/files.hpp"
 #include "support/idx_writer.hpp"
 #include "train/checkpoint.hpp"
 
@@ -25,13 +26,12 @@ using Catch::Matchers::Contains;
 namespace {
 
 using Result = mnist::test::CommandResult;
+using mnist::test::read_text;
 
 // The quick-start network on data/mnist-small with 500 validation images, evaluated every 10
 // steps, a checkpoint every 10 steps (all kept), plus `extra`; stderr into the pipe.
 Result train(const fs::path& dir, const std::string& extra) {
-  const fs::path images = fs::path(MNIST_SOURCE_DIR) / "data/mnist-small/train-images-idx3-ubyte";
-  if (!fs::exists(images) && !fs::exists(images.string() + ".gz"))
-    FAIL("these tests train on data/mnist-small: run scripts/fetch_data.sh mnist-small first");
+  mnist::test::require_mnist_small();
   return mnist::test::run_command(
       "cd '" MNIST_SOURCE_DIR "' && '" MNIST_TRAIN_BIN
       "' --config configs/cpu_quickstart.yaml --set data.dataset=mnist-small "
@@ -39,13 +39,6 @@ Result train(const fs::path& dir, const std::string& extra) {
       "--set train.log_every=50 --set train.eval_every=10 --set devices.threads=1 "
       "--set checkpoint.every=10 --set checkpoint.keep=20 --set output.dir='" +
       dir.string() + "' " + extra + " 2>&1");
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 const mnist::json::Value& member(const mnist::json::Value& v, const char* key) {
