@@ -22,6 +22,7 @@
 
 #include "support/command.hpp"
 #include "support/files.hpp"
+#include "support/python.hpp"
 
 namespace {
 
@@ -153,6 +154,22 @@ TEST_CASE("a 2x2x2 sweep on 2 slots gives 8 runs and a table of their summaries"
   INFO(again.output);
   CHECK(again.code == 0);
   CHECK_THAT(again.output, Catch::Contains("0 to run (8 done already)"));
+
+  // scripts/plot_sweep.py draws the sweep: one row per setting, from the same folder.
+  const std::string python = mnist::test::find_python("matplotlib");
+  INFO("no python3 with matplotlib (scripts/setup.sh installs python3-matplotlib)");
+  REQUIRE(!python.empty());
+  const fs::path png = tmp.path / "sweep.png";
+  const auto plot = mnist::test::run_command(
+      shell_quote(python) + " " +
+      shell_quote(std::string(MNIST_SOURCE_DIR) + "/scripts/plot_sweep.py") + " " +
+      shell_quote(out.string()) + " -o " + shell_quote(png.string()) + " 2>&1");
+  INFO(plot.output);
+  CHECK(plot.code == 0);
+  CHECK_THAT(plot.output, Catch::Contains("(4 settings)"));
+  const std::string bytes = read_text(png);
+  CHECK(bytes.size() > 10000);  // a drawn figure, not an empty canvas
+  CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
 }
 
 TEST_CASE("a sweep stopped by SIGTERM exits 3 and its rerun finishes only what was left",
