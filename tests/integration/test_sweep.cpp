@@ -111,10 +111,11 @@ TEST_CASE("a 2x2x2 sweep on 2 slots gives 8 runs and a table of their summaries"
   require_mnist_small();
   TempDir tmp("sweep", "grid");
   const fs::path out = tmp.path / "s";
-  const auto r =
-      run_sweep(sweep_args(out, 5,
-                           {"--grid", "optimizer.lr=0.001,0.002", "--grid",
-                            "train.batch_per_device=16,32", "--seeds", "1,2", "--slots", "2"}));
+  const std::vector<std::string> args =
+      sweep_args(out, 5,
+                 {"--grid", "optimizer.lr=0.001,0.002", "--grid", "train.batch_per_device=16,32",
+                  "--seeds", "1,2", "--slots", "2"});
+  const auto r = run_sweep(args);
   INFO(r.output);
   REQUIRE(r.code == 0);
   std::vector<fs::path> dirs;
@@ -147,10 +148,7 @@ TEST_CASE("a 2x2x2 sweep on 2 slots gives 8 runs and a table of their summaries"
   CHECK(fs::exists(out / "results.csv"));
 
   // The same sweep again: every point is done, nothing runs.
-  const auto again =
-      run_sweep(sweep_args(out, 5,
-                           {"--grid", "optimizer.lr=0.001,0.002", "--grid",
-                            "train.batch_per_device=16,32", "--seeds", "1,2", "--slots", "2"}));
+  const auto again = run_sweep(args);
   INFO(again.output);
   CHECK(again.code == 0);
   CHECK_THAT(again.output, Catch::Contains("0 to run (8 done already)"));
